@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(items):
     # too; this keeps the folder honest when run on its own).
     here = Path(__file__).parent
     for item in items:
-        if here in Path(item.fspath).parents:
+        if here in item.path.parents:
             item.add_marker(pytest.mark.filterwarnings("error"))
 
 
