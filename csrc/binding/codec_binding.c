@@ -1,0 +1,282 @@
+/* Python surface of the codecs:
+ *
+ *   _C.fp8_quantize(x, scale=1.0, fmt="e4m3", *, out=None, num_threads=None) -> ndarray[uint8]
+ *   _C.fp8_dequantize(codes, scale=1.0, fmt=None, dtype=None, *, out=None, num_threads=None) -> ndarray
+ *   _C.convert(x, dtype, *, out=None, num_threads=None) -> ndarray
+ */
+#include "vt_binding.h"
+
+#include <math.h>
+#include <string.h>
+
+/* fmt: "e4m3"/"e5m2" or any dtype-table spelling of an fp8 dtype, or an
+ * ml_dtypes float8 dtype. Returns 0 and sets *fmt, or -1 (ValueError). */
+static int parse_fmt(vt_module_state *st, PyObject *obj, const char *fn, int *fmt) {
+    if (PyUnicode_Check(obj)) {
+        const char *s = PyUnicode_AsUTF8(obj);
+        if (!s) return -1;
+        if (strcmp(s, "e4m3") == 0 || strcmp(s, "e4m3fn") == 0) {
+            *fmt = VT_DTYPE_FP8_E4M3;
+            return 0;
+        }
+        if (strcmp(s, "e5m2") == 0) {
+            *fmt = VT_DTYPE_FP8_E5M2;
+            return 0;
+        }
+        int d;
+        if (vt_dtype_from_name(s, "fmt", &d, NULL) == VT_OK && d >= 0 && vt_dtype_get(d)->is_fp8) {
+            *fmt = d;
+            return 0;
+        }
+        PyErr_Format(PyExc_ValueError, "%s: fmt must be 'e4m3' or 'e5m2' (or fp8_e4m3, fp8, fp8_e5m2, "
+                     "float8_e4m3fn, float8_e5m2); got '%.64s'", fn, s);
+        return -1;
+    }
+    PyArray_Descr *d = NULL;
+    if (PyArray_DescrConverter2(obj, &d) && d) {
+        int n = d->type_num;
+        Py_DECREF(d);
+        if (n == st->typenum_e4m3) { *fmt = VT_DTYPE_FP8_E4M3; return 0; }
+        if (n == st->typenum_e5m2) { *fmt = VT_DTYPE_FP8_E5M2; return 0; }
+    }
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%s: fmt must be 'e4m3' or 'e5m2'; got %R", fn, obj);
+    return -1;
+}
+
+/* dtype of a float output: float32 (default), float16, bfloat16. */
+static int parse_float_dtype(vt_module_state *st, PyObject *obj, const char *fn, const char *arg, int *dtype) {
+    if (obj == NULL || obj == Py_None) {
+        *dtype = VT_DTYPE_F32;
+        return 0;
+    }
+    PyArray_Descr *d = NULL;
+    if (PyUnicode_Check(obj)) {
+        int v;
+        const char *s = PyUnicode_AsUTF8(obj);
+        if (s && vt_dtype_from_name(s, arg, &v, NULL) == VT_OK && v >= 0 && !vt_dtype_get(v)->is_fp8) {
+            *dtype = v;
+            return 0;
+        }
+    } else if (PyArray_DescrConverter2(obj, &d) && d) {
+        int n = d->type_num;
+        Py_DECREF(d);
+        if (n == NPY_FLOAT32) { *dtype = VT_DTYPE_F32; return 0; }
+        if (n == NPY_FLOAT16) { *dtype = VT_DTYPE_F16; return 0; }
+        if (n == st->typenum_bf16) { *dtype = VT_DTYPE_BF16; return 0; }
+    }
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: %s must be float32, float16 or bfloat16; got %R", fn, arg, obj);
+    return -1;
+}
+
+static int parse_scale(PyObject *obj, const char *fn, float *out) {
+    if (obj == NULL) {
+        *out = 1.0f;
+        return 0;
+    }
+    if (PyBool_Check(obj) || !(PyFloat_Check(obj) || PyLong_Check(obj) || PyArray_IsScalar(obj, Number) ||
+                               (PyArray_Check(obj) && PyArray_NDIM((PyArrayObject *)obj) == 0))) {
+        PyErr_Format(PyExc_TypeError, "%s: scale must be a real number; got %s", fn, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    float f = (float)v;
+    if (!(f > 0.0f) || isinf(f)) {
+        PyErr_Format(PyExc_ValueError, "%s: scale must be finite and > 0 (as float32); got %R", fn, obj);
+        return -1;
+    }
+    *out = f;
+    return 0;
+}
+
+static PyArrayObject *new_array(vt_module_state *st, const vt_tensor *like, int dtype_or_u8) {
+    npy_intp dims[VT_MAX_DIMS];
+    for (int i = 0; i < like->ndim; i++) dims[i] = (npy_intp)like->shape[i];
+    PyArray_Descr *d;
+    if (dtype_or_u8 == -1) d = PyArray_DescrFromType(NPY_UINT8);
+    else if (dtype_or_u8 == VT_DTYPE_F32) d = PyArray_DescrFromType(NPY_FLOAT32);
+    else if (dtype_or_u8 == VT_DTYPE_F16) d = PyArray_DescrFromType(NPY_FLOAT16);
+    else {
+        d = st->descr_bf16;
+        Py_INCREF(d);
+    }
+    return (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, d, like->ndim, dims, NULL, NULL, 0, NULL);
+}
+
+/* Pin `out` (or make a new array) of the input's shape with an element in
+ * `mask`, C-contiguous, writable, not overlapping the input. */
+static PyObject *prepare_out(vt_module_state *st, PyObject *out_obj, const vt_tensor *in, const char *fn,
+                             unsigned mask, int new_dtype, vt_tensor *out) {
+    if (out_obj == NULL || out_obj == Py_None) {
+        PyArrayObject *a = new_array(st, in, new_dtype);
+        if (!a) return NULL;
+        int rc = vt_tensor_from_object(st, (PyObject *)a, fn, "out", VT_TENSOR_WRITABLE, out);
+        Py_DECREF(a);
+        return rc < 0 ? NULL : out->owner;
+    }
+    if (vt_tensor_from_object(st, out_obj, fn, "out", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, out) < 0)
+        return NULL;
+    if (vt_tensor_check(out, fn, "out", mask, in->ndim) < 0) goto fail;
+    for (int i = 0; i < in->ndim; i++)
+        if (out->shape[i] != in->shape[i]) {
+            PyErr_Format(PyExc_ValueError, "%s: out must have the input's shape; dimension %d is %lld, not %lld", fn,
+                         i, (long long)out->shape[i], (long long)in->shape[i]);
+            goto fail;
+        }
+    if (!vt_tensor_is_contiguous(out)) {
+        PyErr_Format(PyExc_ValueError, "%s: out must be C-contiguous", fn);
+        goto fail;
+    }
+    if (vt_tensor_overlap(in, out)) {
+        PyErr_Format(PyExc_ValueError, "%s: out must not overlap the input", fn);
+        goto fail;
+    }
+    return out->owner;
+fail:
+    vt_tensor_release(out);
+    return NULL;
+}
+
+static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
+    static const char fn[] = "fp8_quantize";
+    static char *kwlist[] = {"x", "scale", "fmt", "out", "num_threads", NULL};
+    vt_module_state *st = vt_state(m);
+    PyObject *x_obj, *scale_obj = NULL, *fmt_obj = NULL, *out_obj = Py_None, *nt_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$OO:fp8_quantize", kwlist, &x_obj, &scale_obj, &fmt_obj,
+                                     &out_obj, &nt_obj))
+        return NULL;
+    int fmt = VT_DTYPE_FP8_E4M3, nth;
+    float scale;
+    if (fmt_obj && parse_fmt(st, fmt_obj, fn, &fmt) < 0) return NULL;
+    if (parse_scale(scale_obj, fn, &scale) < 0) return NULL;
+    if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
+    vt_tensor x, out;
+    if (vt_tensor_from_object(st, x_obj, fn, "x", 0, &x) < 0) return NULL;
+    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
+        vt_tensor_release(&x);
+        return NULL;
+    }
+    int64_t n = vt_tensor_numel(&x, fn, "x");
+    unsigned out_mask = VT_ELEM_BIT(VT_ELEM_U8) | VT_ELEM_BIT(fmt == VT_DTYPE_FP8_E4M3 ? VT_ELEM_E4M3 : VT_ELEM_E5M2);
+    if (n < 0 || !prepare_out(st, out_obj, &x, fn, out_mask, -1, &out)) {
+        vt_tensor_release(&x);
+        return NULL;
+    }
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_fp8_quantize(x.data, (vt_dtype)x.elem, out.data, (size_t)n, scale, (vt_dtype)fmt, nth, &err);
+    Py_END_ALLOW_THREADS
+    vt_tensor_release(&x);
+    if (s != VT_OK) {
+        vt_tensor_release(&out);
+        return vt_raise(st, &err);
+    }
+    PyObject *result = Py_NewRef(out.owner);
+    vt_tensor_release(&out);
+    return result;
+}
+
+static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
+    static const char fn[] = "fp8_dequantize";
+    static char *kwlist[] = {"codes", "scale", "fmt", "dtype", "out", "num_threads", NULL};
+    vt_module_state *st = vt_state(m);
+    PyObject *c_obj, *scale_obj = NULL, *fmt_obj = Py_None, *dtype_obj = Py_None, *out_obj = Py_None,
+                     *nt_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO$OO:fp8_dequantize", kwlist, &c_obj, &scale_obj, &fmt_obj,
+                                     &dtype_obj, &out_obj, &nt_obj))
+        return NULL;
+    int fmt = -1, dtype, nth;
+    float scale;
+    if (fmt_obj != Py_None && parse_fmt(st, fmt_obj, fn, &fmt) < 0) return NULL;
+    if (parse_scale(scale_obj, fn, &scale) < 0) return NULL;
+    if (parse_float_dtype(st, dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
+    if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
+    vt_tensor c, out;
+    if (vt_tensor_from_object(st, c_obj, fn, "codes", 0, &c) < 0) return NULL;
+    if (vt_tensor_check(&c, fn, "codes", VT_ELEMS_CODES, -1) < 0 ||
+        vt_tensor_contiguous_input(st, &c, fn, "codes") < 0)
+        goto fail_c;
+    int implied = c.elem == VT_ELEM_E4M3 ? VT_DTYPE_FP8_E4M3 : c.elem == VT_ELEM_E5M2 ? VT_DTYPE_FP8_E5M2 : -1;
+    if (fmt < 0) fmt = implied < 0 ? VT_DTYPE_FP8_E4M3 : implied;
+    if (implied >= 0 && implied != fmt) {
+        PyErr_Format(PyExc_TypeError, "%s: codes of dtype %s must be read with fmt='%s'; got fmt='%s'", fn,
+                     c.dtype_name, implied == VT_DTYPE_FP8_E4M3 ? "e4m3" : "e5m2",
+                     fmt == VT_DTYPE_FP8_E4M3 ? "e4m3" : "e5m2");
+        goto fail_c;
+    }
+    int64_t n = vt_tensor_numel(&c, fn, "codes");
+    if (n < 0 || !prepare_out(st, out_obj, &c, fn, VT_ELEM_BIT(dtype), dtype, &out)) goto fail_c;
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_fp8_dequantize(c.data, (vt_dtype)fmt, out.data, (vt_dtype)dtype, (size_t)n, scale, nth, &err);
+    Py_END_ALLOW_THREADS
+    vt_tensor_release(&c);
+    if (s != VT_OK) {
+        vt_tensor_release(&out);
+        return vt_raise(st, &err);
+    }
+    PyObject *result = Py_NewRef(out.owner);
+    vt_tensor_release(&out);
+    return result;
+fail_c:
+    vt_tensor_release(&c);
+    return NULL;
+}
+
+static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
+    static const char fn[] = "convert";
+    static char *kwlist[] = {"x", "dtype", "out", "num_threads", NULL};
+    vt_module_state *st = vt_state(m);
+    PyObject *x_obj, *dtype_obj, *out_obj = Py_None, *nt_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO:convert", kwlist, &x_obj, &dtype_obj, &out_obj, &nt_obj))
+        return NULL;
+    int dtype, nth;
+    if (parse_float_dtype(st, dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
+    if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
+    vt_tensor x, out;
+    if (vt_tensor_from_object(st, x_obj, fn, "x", 0, &x) < 0) return NULL;
+    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
+        vt_tensor_release(&x);
+        return NULL;
+    }
+    int64_t n = vt_tensor_numel(&x, fn, "x");
+    if (n < 0 || !prepare_out(st, out_obj, &x, fn, VT_ELEM_BIT(dtype), dtype, &out)) {
+        vt_tensor_release(&x);
+        return NULL;
+    }
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_convert(x.data, (vt_dtype)x.elem, out.data, (vt_dtype)dtype, (size_t)n, nth, &err);
+    Py_END_ALLOW_THREADS
+    vt_tensor_release(&x);
+    if (s != VT_OK) {
+        vt_tensor_release(&out);
+        return vt_raise(st, &err);
+    }
+    PyObject *result = Py_NewRef(out.owner);
+    vt_tensor_release(&out);
+    return result;
+}
+
+static PyMethodDef codec_methods[] = {
+    {"fp8_quantize", (PyCFunction)(void (*)(void))py_fp8_quantize, METH_VARARGS | METH_KEYWORDS,
+     "fp8_quantize($module, /, x, scale=1.0, fmt='e4m3', *, out=None, num_threads=None)\n--\n\n"
+     "Quantize float32/float16/bfloat16 x to fp8 codes (uint8) with vLLM's CUDA store semantics."},
+    {"fp8_dequantize", (PyCFunction)(void (*)(void))py_fp8_dequantize, METH_VARARGS | METH_KEYWORDS,
+     "fp8_dequantize($module, /, codes, scale=1.0, fmt=None, dtype=None, *, out=None, num_threads=None)\n--\n\n"
+     "Decode fp8 codes and multiply by scale (exact decode)."},
+    {"convert", (PyCFunction)(void (*)(void))py_convert, METH_VARARGS | METH_KEYWORDS,
+     "convert($module, /, x, dtype, *, out=None, num_threads=None)\n--\n\n"
+     "Convert between float32, float16 and bfloat16 (round to nearest even)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int vt_codec_exec(PyObject *m, vt_module_state *st) {
+    (void)st;
+    return PyModule_AddFunctions(m, codec_methods);
+}

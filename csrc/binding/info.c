@@ -1,0 +1,127 @@
+/* Build and runtime information, the dtype table, the ISA switch:
+ *
+ *   _C.build_info() -> dict
+ *   _C.dtype_table() -> tuple[dict, ...]
+ *   _C.kv_cache_flags() -> tuple[str, ...]
+ *   _C.set_isa(name: str) -> None     (lower the ISA; tests force each path)
+ *   _C.isa() -> str
+ */
+#include "vt_binding.h"
+
+#ifndef VTINFER_CUDA_BUILT
+#define VTINFER_CUDA_BUILT 0
+#endif
+
+static PyObject *features_dict(void) {
+    const vt_cpu_features *f = vt_cpu_get();
+    return Py_BuildValue("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "sse4_2", f->sse42 ? Py_True : Py_False,
+                         "avx", f->avx ? Py_True : Py_False, "avx2", f->avx2 ? Py_True : Py_False, "fma",
+                         f->fma ? Py_True : Py_False, "f16c", f->f16c ? Py_True : Py_False, "avx512f",
+                         f->avx512f ? Py_True : Py_False, "avx512bw", f->avx512bw ? Py_True : Py_False, "avx512vl",
+                         f->avx512vl ? Py_True : Py_False, "avx512dq", f->avx512dq ? Py_True : Py_False,
+                         "avx512_bf16", f->avx512bf16 ? Py_True : Py_False, "avx512_vbmi",
+                         f->avx512vbmi ? Py_True : Py_False, "avx512_fp16", f->avx512fp16 ? Py_True : Py_False,
+                         "avx512_vnni", f->avx512vnni ? Py_True : Py_False);
+}
+
+static PyObject *py_build_info(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    PyObject *feat = features_dict();
+    if (!feat) return NULL;
+    PyObject *r = Py_BuildValue("{s:s,s:s,s:s,s:N,s:s,s:O,s:s}", "version", VTINFER_VERSION_STRING, "isa",
+                                vt_isa_name(vt_isa_active()), "isa_best", vt_isa_name(vt_isa_best()), "cpu_features",
+                                feat, "compiler", vt_compiler_string(), "cuda_built",
+                                VTINFER_CUDA_BUILT ? Py_True : Py_False, "numpy_build_api", "2.0");
+    return r;
+}
+
+static PyObject *py_dtype_table(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    PyObject *t = PyTuple_New(VT_DTYPE_COUNT);
+    if (!t) return NULL;
+    for (int d = 0; d < VT_DTYPE_COUNT; d++) {
+        const vt_dtype_info *i = vt_dtype_get(d);
+        Py_ssize_t nflags = 0;
+        while (i->flags[nflags]) nflags++;
+        PyObject *flags = PyTuple_New(nflags);
+        if (!flags) goto fail;
+        for (Py_ssize_t k = 0; k < nflags; k++) {
+            PyObject *s = PyUnicode_FromString(i->flags[k]);
+            if (!s) {
+                Py_DECREF(flags);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(flags, k, s);
+        }
+        PyObject *row = Py_BuildValue("{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i}", "id", d, "name", i->name,
+                                      "numpy_name", i->numpy_name, "flags", flags, "elem_bytes",
+                                      (Py_ssize_t)i->elem_bytes, "is_fp8", i->is_fp8 ? Py_True : Py_False,
+                                      "max_finite", i->max_finite, "exponent_bits", i->exponent_bits,
+                                      "mantissa_bits", i->mantissa_bits);
+        if (!row) goto fail;
+        PyTuple_SET_ITEM(t, d, row);
+    }
+    return t;
+fail:
+    Py_DECREF(t);
+    return NULL;
+}
+
+static PyObject *py_kv_cache_flags(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    size_t n = vt_kv_cache_flag_count();
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    if (!t) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *s = PyUnicode_FromString(vt_kv_cache_flag(i));
+        if (!s) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+    }
+    return t;
+}
+
+static PyObject *py_set_isa(PyObject *m, PyObject *arg) {
+    const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (!name) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "set_isa: isa must be a str; got %s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    vt_isa isa;
+    if (strcmp(name, "scalar") == 0) isa = VT_ISA_SCALAR;
+    else if (strcmp(name, "avx2") == 0) isa = VT_ISA_AVX2;
+    else if (strcmp(name, "avx512") == 0) isa = VT_ISA_AVX512;
+    else {
+        PyErr_Format(PyExc_ValueError, "set_isa: isa must be 'scalar', 'avx2' or 'avx512'; got '%.32s'", name);
+        return NULL;
+    }
+    vt_error err;
+    if (vt_isa_set(isa, &err) != VT_OK) return vt_raise(vt_state(m), &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_isa(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    return PyUnicode_FromString(vt_isa_name(vt_isa_active()));
+}
+
+static PyMethodDef info_methods[] = {
+    {"build_info", py_build_info, METH_NOARGS,
+     "build_info($module, /)\n--\n\nVersion, ISA chosen, CPU features, compiler, whether the CUDA arm was built."},
+    {"dtype_table", py_dtype_table, METH_NOARGS, "dtype_table($module, /)\n--\n\nThe C dtype table, one dict per dtype."},
+    {"kv_cache_flags", py_kv_cache_flags, METH_NOARGS,
+     "kv_cache_flags($module, /)\n--\n\nThe --kv-cache-dtype values of the dtype table, 'auto' first."},
+    {"set_isa", py_set_isa, METH_O,
+     "set_isa($module, isa, /)\n--\n\nSelect the kernels of 'scalar', 'avx2' or 'avx512' (no higher than the CPU allows). "
+     "Not thread-safe against running kernels: for tests and benchmarks."},
+    {"isa", py_isa, METH_NOARGS, "isa($module, /)\n--\n\nThe active instruction set."},
+    {NULL, NULL, 0, NULL},
+};
+
+int vt_info_exec(PyObject *m, vt_module_state *st) {
+    (void)st;
+    return PyModule_AddFunctions(m, info_methods);
+}

@@ -1,0 +1,184 @@
+/* Scalar codecs: the reference twins of every SIMD codec kernel.
+ *
+ * Encoding is done on the float32 bit pattern with integer arithmetic, so
+ * the result does not depend on the floating-point environment (rounding
+ * mode, FTZ/DAZ). See vtinfer/codec.h for the semantics. */
+#include <math.h>
+
+#include "vt_internal.h"
+
+/* Geometry of a small float format, for the shared encoder below. */
+typedef struct fp_format {
+    int mbits;          /* stored mantissa bits */
+    int emin;           /* exponent of the smallest normal number */
+    uint32_t max_bits;  /* float32 bits of the largest finite value */
+    uint32_t max_code;  /* its code, sign excluded */
+} fp_format;
+
+static const fp_format FMT_E4M3 = {3, -6, 0x43E00000u, 0x7Eu};   /* 448 */
+static const fp_format FMT_E5M2 = {2, -14, 0x47600000u, 0x7Bu};  /* 57344 */
+
+/* Round the magnitude bits `a` (finite, < max) of a float32 to the format:
+ * nearest, ties to even, subnormals on the format's fixed grid. Returns the
+ * code without the sign. Shared by the fp8 encoders. */
+static uint32_t encode_magnitude(uint32_t a, const fp_format *f) {
+    int e = (int)(a >> 23) - 127;
+    if (e >= f->emin) {
+        int drop = 23 - f->mbits;
+        uint32_t r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
+        uint32_t code = r - ((uint32_t)(127 - (1 - f->emin)) << f->mbits);
+        return code > f->max_code ? f->max_code : code;
+    }
+    if ((a >> 23) == 0) return 0; /* float32 zero or subnormal: below half the grid step */
+    uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+    int shift = 23 + f->emin - f->mbits - e;
+    if (shift > 24) return 0;
+    return (m + ((1u << (shift - 1)) - 1u) + ((m >> shift) & 1u)) >> shift;
+}
+
+static uint8_t encode_fp8(float x, const fp_format *f) {
+    uint32_t u = vt_f32_bits(x);
+    uint32_t sign = (u >> 24) & 0x80u;
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0x7F; /* NaN: canonical, sign dropped (as CUDA does) */
+    if (a >= f->max_bits) return (uint8_t)(sign | f->max_code);
+    return (uint8_t)(sign | encode_magnitude(a, f));
+}
+
+uint8_t vt_fp8_e4m3_from_f32(float x) { return encode_fp8(x, &FMT_E4M3); }
+uint8_t vt_fp8_e5m2_from_f32(float x) { return encode_fp8(x, &FMT_E5M2); }
+
+float vt_fp8_e4m3_to_f32(uint8_t c) {
+    uint32_t sign = (uint32_t)(c & 0x80u) << 24;
+    uint32_t e = (c >> 3) & 0xFu, m = c & 7u;
+    if (e == 15 && m == 7) return vt_bits_f32(sign | 0x7FC00000u);
+    if (e == 0) return vt_bits_f32(sign | vt_f32_bits((float)m * 0x1p-9f));
+    return vt_bits_f32(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+float vt_fp8_e5m2_to_f32(uint8_t c) {
+    uint32_t sign = (uint32_t)(c & 0x80u) << 24;
+    uint32_t e = (c >> 2) & 0x1Fu, m = c & 3u;
+    if (e == 31) return vt_bits_f32(sign | 0x7F800000u | (m ? 0x400000u | (m << 21) : 0u));
+    if (e == 0) return vt_bits_f32(sign | vt_f32_bits((float)m * 0x1p-16f));
+    return vt_bits_f32(sign | ((e + 112u) << 23) | (m << 21));
+}
+
+uint16_t vt_bf16_from_f32(float x) {
+    uint32_t u = vt_f32_bits(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+float vt_bf16_to_f32(uint16_t h) { return vt_bits_f32((uint32_t)h << 16); }
+
+uint16_t vt_f16_from_f32(float x) {
+    static const fp_format FMT_F16 = {10, -14, 0x477FE000u, 0x7BFFu}; /* 65504 */
+    uint32_t u = vt_f32_bits(x);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* >= 65520 rounds to inf */
+    if (a >= FMT_F16.max_bits) return (uint16_t)(sign | FMT_F16.max_code);
+    return (uint16_t)(sign | encode_magnitude(a, &FMT_F16));
+}
+
+float vt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 31) return vt_bits_f32(sign | 0x7F800000u | (m ? 0x400000u | (m << 13) : 0u)); /* NaN quietened */
+    if (e == 0) return vt_bits_f32(sign | vt_f32_bits((float)m * 0x1p-24f));
+    return vt_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* ---- decode tables ---- */
+
+static float table_e4m3[256], table_e5m2[256];
+static int tables_ready;
+
+static void build_tables(void) {
+    for (int c = 0; c < 256; c++) {
+        table_e4m3[c] = vt_fp8_e4m3_to_f32((uint8_t)c);
+        table_e5m2[c] = vt_fp8_e5m2_to_f32((uint8_t)c);
+    }
+    tables_ready = 1;
+}
+
+const float *vt_fp8_decode_table(vt_dtype fmt) {
+    if (!tables_ready) build_tables(); /* idempotent: every writer stores the same values */
+    if (fmt == VT_DTYPE_FP8_E4M3) return table_e4m3;
+    if (fmt == VT_DTYPE_FP8_E5M2) return table_e5m2;
+    return NULL;
+}
+
+/* ---- scalar row kernels ---- */
+
+static inline float load_f32(const void *p, size_t i) { return ((const float *)p)[i]; }
+static inline float load_f16(const void *p, size_t i) { return vt_f16_to_f32(((const uint16_t *)p)[i]); }
+static inline float load_bf16(const void *p, size_t i) { return vt_bf16_to_f32(((const uint16_t *)p)[i]); }
+
+#define QUANT_ROW(NAME, LOAD, ENC)                                               \
+    static void NAME(const void *src, uint8_t *dst, size_t n, float scale) {     \
+        for (size_t i = 0; i < n; i++) dst[i] = ENC(LOAD(src, i) / scale);       \
+    }
+QUANT_ROW(quant_f32_e4m3, load_f32, vt_fp8_e4m3_from_f32)
+QUANT_ROW(quant_f16_e4m3, load_f16, vt_fp8_e4m3_from_f32)
+QUANT_ROW(quant_bf16_e4m3, load_bf16, vt_fp8_e4m3_from_f32)
+QUANT_ROW(quant_f32_e5m2, load_f32, vt_fp8_e5m2_from_f32)
+QUANT_ROW(quant_f16_e5m2, load_f16, vt_fp8_e5m2_from_f32)
+QUANT_ROW(quant_bf16_e5m2, load_bf16, vt_fp8_e5m2_from_f32)
+
+static inline void store_f32(void *p, size_t i, float v) { ((float *)p)[i] = v; }
+static inline void store_f16(void *p, size_t i, float v) { ((uint16_t *)p)[i] = vt_f16_from_f32(v); }
+static inline void store_bf16(void *p, size_t i, float v) { ((uint16_t *)p)[i] = vt_bf16_from_f32(v); }
+
+#define DEQUANT_ROW(NAME, TABLE, STORE)                                           \
+    static void NAME(const uint8_t *src, void *dst, size_t n, float scale) {      \
+        const float *t = vt_fp8_decode_table(TABLE);                              \
+        for (size_t i = 0; i < n; i++) STORE(dst, i, t[src[i]] * scale);          \
+    }
+DEQUANT_ROW(dequant_e4m3_f32, VT_DTYPE_FP8_E4M3, store_f32)
+DEQUANT_ROW(dequant_e4m3_f16, VT_DTYPE_FP8_E4M3, store_f16)
+DEQUANT_ROW(dequant_e4m3_bf16, VT_DTYPE_FP8_E4M3, store_bf16)
+DEQUANT_ROW(dequant_e5m2_f32, VT_DTYPE_FP8_E5M2, store_f32)
+DEQUANT_ROW(dequant_e5m2_f16, VT_DTYPE_FP8_E5M2, store_f16)
+DEQUANT_ROW(dequant_e5m2_bf16, VT_DTYPE_FP8_E5M2, store_bf16)
+
+#define CONVERT_ROW(NAME, LOAD, STORE)                                \
+    static void NAME(const void *src, void *dst, size_t n) {         \
+        for (size_t i = 0; i < n; i++) STORE(dst, i, LOAD(src, i));  \
+    }
+CONVERT_ROW(convert_f32_f16, load_f32, store_f16)
+CONVERT_ROW(convert_f32_bf16, load_f32, store_bf16)
+CONVERT_ROW(convert_f16_f32, load_f16, store_f32)
+CONVERT_ROW(convert_f16_bf16, load_f16, store_bf16)
+CONVERT_ROW(convert_bf16_f32, load_bf16, store_f32)
+CONVERT_ROW(convert_bf16_f16, load_bf16, store_f16)
+
+static void copy_4(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 4); }
+static void copy_2(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 2); }
+
+void vt_codec_fill_scalar(vt_codec_kernels *k) {
+    (void)vt_fp8_decode_table(VT_DTYPE_FP8_E4M3);
+    k->quant[VT_DTYPE_F32][0] = quant_f32_e4m3;
+    k->quant[VT_DTYPE_F16][0] = quant_f16_e4m3;
+    k->quant[VT_DTYPE_BF16][0] = quant_bf16_e4m3;
+    k->quant[VT_DTYPE_F32][1] = quant_f32_e5m2;
+    k->quant[VT_DTYPE_F16][1] = quant_f16_e5m2;
+    k->quant[VT_DTYPE_BF16][1] = quant_bf16_e5m2;
+    k->dequant[0][VT_DTYPE_F32] = dequant_e4m3_f32;
+    k->dequant[0][VT_DTYPE_F16] = dequant_e4m3_f16;
+    k->dequant[0][VT_DTYPE_BF16] = dequant_e4m3_bf16;
+    k->dequant[1][VT_DTYPE_F32] = dequant_e5m2_f32;
+    k->dequant[1][VT_DTYPE_F16] = dequant_e5m2_f16;
+    k->dequant[1][VT_DTYPE_BF16] = dequant_e5m2_bf16;
+    k->convert[VT_DTYPE_F32][VT_DTYPE_F32] = copy_4;
+    k->convert[VT_DTYPE_F16][VT_DTYPE_F16] = copy_2;
+    k->convert[VT_DTYPE_BF16][VT_DTYPE_BF16] = copy_2;
+    k->convert[VT_DTYPE_F32][VT_DTYPE_F16] = convert_f32_f16;
+    k->convert[VT_DTYPE_F32][VT_DTYPE_BF16] = convert_f32_bf16;
+    k->convert[VT_DTYPE_F16][VT_DTYPE_F32] = convert_f16_f32;
+    k->convert[VT_DTYPE_F16][VT_DTYPE_BF16] = convert_f16_bf16;
+    k->convert[VT_DTYPE_BF16][VT_DTYPE_F32] = convert_bf16_f32;
+    k->convert[VT_DTYPE_BF16][VT_DTYPE_F16] = convert_bf16_f16;
+}

@@ -1,0 +1,124 @@
+/* CPU feature detection (CPUID + XGETBV) and the ISA choice. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vt_internal.h"
+
+#if VT_X86
+#include <cpuid.h>
+#endif
+
+static vt_cpu_features features;
+static int features_ready;
+static vt_isa active_isa = VT_ISA_SCALAR;
+static int runtime_ready;
+
+#if VT_X86
+static uint64_t read_xcr0(void) {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((uint64_t)edx << 32) | eax;
+}
+#endif
+
+static void detect(void) {
+    memset(&features, 0, sizeof features);
+#if VT_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    int osxsave = (c >> 27) & 1;
+    features.sse42 = (c >> 20) & 1;
+    features.fma = (c >> 12) & 1;
+    features.f16c = (c >> 29) & 1;
+    int avx_hw = (c >> 28) & 1;
+    uint64_t xcr0 = osxsave ? read_xcr0() : 0;
+    int ymm_os = (xcr0 & 0x6) == 0x6;            /* XMM and YMM state */
+    int zmm_os = ymm_os && (xcr0 & 0xE0) == 0xE0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    features.avx = avx_hw && ymm_os;
+    if (!features.avx) features.fma = features.f16c = 0;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        features.avx2 = features.avx && ((b >> 5) & 1);
+        if (zmm_os) {
+            features.avx512f = (b >> 16) & 1;
+            features.avx512dq = (b >> 17) & 1;
+            features.avx512bw = (b >> 30) & 1;
+            features.avx512vl = (b >> 31) & 1;
+            features.avx512vbmi = (c >> 1) & 1;
+            features.avx512vnni = (c >> 11) & 1;
+            features.avx512fp16 = (d >> 23) & 1;
+            unsigned a1, b1, c1, d1;
+            __cpuid_count(7, 1, a1, b1, c1, d1);
+            features.avx512bf16 = (a1 >> 5) & 1;
+            (void)b1, (void)c1, (void)d1;
+        }
+    }
+#endif
+    features_ready = 1;
+}
+
+const vt_cpu_features *vt_cpu_get(void) {
+    if (!features_ready) detect();
+    return &features;
+}
+
+vt_isa vt_isa_best(void) {
+    const vt_cpu_features *f = vt_cpu_get();
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx2 && f->fma && f->f16c)
+        return VT_ISA_AVX512;
+    if (f->avx2 && f->fma && f->f16c) return VT_ISA_AVX2;
+    return VT_ISA_SCALAR;
+}
+
+const char *vt_isa_name(vt_isa isa) {
+    switch (isa) {
+    case VT_ISA_SCALAR: return "scalar";
+    case VT_ISA_AVX2: return "avx2";
+    case VT_ISA_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+vt_isa vt_isa_active(void) { return active_isa; }
+
+vt_status vt_isa_set(vt_isa isa, vt_error *err) {
+    if ((int)isa < VT_ISA_SCALAR || (int)isa > VT_ISA_AVX512)
+        return vt_error_set(err, VT_ERR_VALUE, "vt_isa_set: isa must be scalar, avx2 or avx512; got %d", (int)isa);
+    vt_isa best = vt_isa_best();
+    if (isa > best)
+        return vt_error_set(err, VT_ERR_UNSUPPORTED,
+                            "vt_isa_set: isa must be supported by this CPU (best: %s); got %s",
+                            vt_isa_name(best), vt_isa_name(isa));
+    active_isa = isa;
+    vt_codec_select(isa);
+    return VT_OK;
+}
+
+vt_status vt_runtime_init(const char *request, vt_error *err) {
+    vt_isa want = vt_isa_best();
+    vt_status st = VT_OK;
+    if (request && request[0]) {
+        if (strcmp(request, "scalar") == 0) want = VT_ISA_SCALAR;
+        else if (strcmp(request, "avx2") == 0) want = want < VT_ISA_AVX2 ? want : VT_ISA_AVX2;
+        else if (strcmp(request, "avx512") == 0) want = want < VT_ISA_AVX512 ? want : VT_ISA_AVX512;
+        else
+            st = vt_error_set(err, VT_ERR_VALUE,
+                              "vt_runtime_init: VTINFER_ISA must be scalar, avx2 or avx512; got '%.32s'", request);
+    }
+    if (!runtime_ready || want != active_isa) {
+        active_isa = want;
+        vt_codec_select(want);
+    }
+    runtime_ready = 1;
+    return st;
+}
+
+const char *vt_compiler_string(void) {
+#if defined(__clang__)
+    return "clang " __clang_version__;
+#elif defined(__GNUC__)
+    return "gcc " __VERSION__;
+#else
+    return "unknown C compiler";
+#endif
+}

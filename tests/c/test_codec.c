@@ -1,0 +1,362 @@
+/* Codec tests in plain C (no Python).
+ *
+ *   test_codec            quick: a strided sample of float32 inputs
+ *   test_codec --full     every one of the 2^32 float32 bit patterns
+ *
+ * Three kinds of check:
+ *  1. the scalar twins against independently written references (fp8: a
+ *     nearest-value search over the code table with ties to the even code;
+ *     float16: the compiler's _Float16 conversion; bfloat16: nearest of the
+ *     two neighbouring bf16 values computed in double);
+ *  2. every SIMD variant the CPU has against the scalar twin, bit for bit;
+ *  3. decode of all 256 codes against values computed from the format
+ *     definition, and the bulk API's argument checks. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vtinfer/vtinfer.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            if (failures < 20) {                                          \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
+                fprintf(stderr, __VA_ARGS__);                             \
+                fputc('\n', stderr);                                      \
+            }                                                             \
+            __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);           \
+        }                                                                 \
+    } while (0)
+
+static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* ---- independent references ---- */
+
+typedef struct ref_fmt { int ebits, mbits; int max_code; double vals[128]; } ref_fmt;
+static ref_fmt REF_E4M3 = {4, 3, 0x7E, {0}}, REF_E5M2 = {5, 2, 0x7B, {0}};
+
+/* Value of a non-negative code from the format's definition. */
+static double ref_value(const ref_fmt *f, int code) {
+    int bias = (1 << (f->ebits - 1)) - 1;
+    int e = code >> f->mbits, m = code & ((1 << f->mbits) - 1);
+    if (e == 0) return ldexp((double)m, 1 - bias - f->mbits);
+    return ldexp(1.0 + (double)m / (1 << f->mbits), e - bias);
+}
+
+static void ref_init(ref_fmt *f) {
+    for (int c = 0; c <= f->max_code; c++) f->vals[c] = ref_value(f, c);
+}
+
+static uint8_t ref_encode(const ref_fmt *f, float x) {
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x)) return 0x7F;
+    double v = fabs((double)x);
+    if (v >= f->vals[f->max_code]) return sign | (uint8_t)f->max_code;
+    int lo = 0, hi = f->max_code; /* vals[lo] <= v < vals[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (f->vals[mid] <= v) lo = mid; else hi = mid;
+    }
+    double dlo = v - f->vals[lo], dhi = f->vals[hi] - v;
+    int code = dlo < dhi ? lo : (dhi < dlo ? hi : ((lo & 1) ? hi : lo));
+    return sign | (uint8_t)code;
+}
+
+static uint16_t ref_f16(float x) {
+    _Float16 h = (_Float16)x;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
+static uint16_t ref_bf16(float x) {
+    uint32_t u = f32_bits(x);
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);
+    uint16_t t = (uint16_t)(u >> 16);
+    if ((u & 0xFFFF) == 0) return t;
+    double v = (double)x, a = (double)bits_f32((uint32_t)t << 16), b = (double)bits_f32((uint32_t)(t + 1) << 16);
+    /* b may be inf when a is the largest finite bf16: compare with the midpoint instead. */
+    double mid = a + (b - a) / 2;
+    if (isinf(b)) mid = (double)bits_f32((uint32_t)t << 16) + ldexp(1.0, ((u >> 23) & 0xFF) - 127 - 8) * (signbit(x) ? -1 : 1);
+    int up = signbit(x) ? (v < mid) : (v > mid);
+    if (v == mid) up = t & 1;
+    return up ? (uint16_t)(t + 1) : t;
+}
+
+/* ---- the sweep ---- */
+
+#define BLOCK 65536u
+typedef struct sweep_arg { uint64_t begin, end, step; int with_ref; } sweep_arg;
+
+static int isa_count;
+static vt_codec_kernels isa_kernels[3];
+
+static void *sweep(void *p) {
+    const sweep_arg *a = p;
+    float *x = malloc(BLOCK * sizeof(float));
+    uint8_t *c0 = malloc(BLOCK), *c1 = malloc(BLOCK);
+    uint16_t *h0 = malloc(BLOCK * 2), *h1 = malloc(BLOCK * 2);
+    for (uint64_t base = a->begin; base < a->end; base += (uint64_t)BLOCK * a->step) {
+        size_t n = 0;
+        for (uint64_t i = base; i < a->end && n < BLOCK; i += a->step) x[n++] = bits_f32((uint32_t)i);
+        for (int f = 0; f < 2; f++) {
+            const ref_fmt *rf = f ? &REF_E5M2 : &REF_E4M3;
+            isa_kernels[0].quant[VT_DTYPE_F32][f](x, c0, n, 1.0f);
+            for (size_t i = 0; i < n; i++) {
+                uint8_t s = f ? vt_fp8_e5m2_from_f32(x[i]) : vt_fp8_e4m3_from_f32(x[i]);
+                CHECK(c0[i] == s, "row kernel vs scalar fmt %d x=0x%08x", f, f32_bits(x[i]));
+                if (a->with_ref) {
+                    uint8_t r = ref_encode(rf, x[i]);
+                    CHECK(s == r, "scalar vs reference fmt %d x=0x%08x (%.9g): got 0x%02x want 0x%02x", f,
+                          f32_bits(x[i]), (double)x[i], s, r);
+                }
+            }
+            for (int k = 1; k < isa_count; k++) {
+                isa_kernels[k].quant[VT_DTYPE_F32][f](x, c1, n, 1.0f);
+                for (size_t i = 0; i < n; i++)
+                    CHECK(c1[i] == c0[i], "isa %d vs scalar fmt %d x=0x%08x: 0x%02x vs 0x%02x", k, f,
+                          f32_bits(x[i]), c1[i], c0[i]);
+            }
+        }
+        for (int d = VT_DTYPE_F16; d <= VT_DTYPE_BF16; d++) {
+            isa_kernels[0].convert[VT_DTYPE_F32][d](x, h0, n);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t s = d == VT_DTYPE_F16 ? vt_f16_from_f32(x[i]) : vt_bf16_from_f32(x[i]);
+                CHECK(h0[i] == s, "convert row vs scalar dtype %d x=0x%08x", d, f32_bits(x[i]));
+                if (a->with_ref) {
+                    uint16_t r = d == VT_DTYPE_F16 ? ref_f16(x[i]) : ref_bf16(x[i]);
+                    if (d == VT_DTYPE_F16 && isnan(x[i])) r = s; /* NaN payloads: checked below */
+                    CHECK(s == r, "scalar vs reference dtype %d x=0x%08x: 0x%04x want 0x%04x", d, f32_bits(x[i]),
+                          s, r);
+                }
+            }
+            for (int k = 1; k < isa_count; k++) {
+                isa_kernels[k].convert[VT_DTYPE_F32][d](x, h1, n);
+                for (size_t i = 0; i < n; i++)
+                    CHECK(h1[i] == h0[i], "isa %d vs scalar dtype %d x=0x%08x: 0x%04x vs 0x%04x", k, d,
+                          f32_bits(x[i]), h1[i], h0[i]);
+            }
+        }
+    }
+    free(x), free(c0), free(c1), free(h0), free(h1);
+    return NULL;
+}
+
+static void run_sweep(int full) {
+    uint64_t step = full ? 1 : 4099; /* a prime stride touches every exponent and mantissa pattern */
+    enum { NT = 2 };
+    pthread_t t[NT];
+    sweep_arg args[NT];
+    uint64_t total = (uint64_t)1 << 32, per = total / NT;
+    for (int i = 0; i < NT; i++) {
+        args[i].begin = per * (uint64_t)i;
+        args[i].begin += (step - args[i].begin % step) % step;
+        args[i].end = i == NT - 1 ? total : per * (uint64_t)(i + 1);
+        args[i].step = step;
+        args[i].with_ref = 1;
+        pthread_create(&t[i], NULL, sweep, &args[i]);
+    }
+    for (int i = 0; i < NT; i++) pthread_join(t[i], NULL);
+}
+
+/* Targeted values whose answers are known by hand. */
+static void test_known_values(void) {
+    const float cases[] = {0.0f, -0.0f, 1.0f, 448.0f, 449.0f, 1e9f, INFINITY, -INFINITY, NAN, -NAN, 0x1p-9f,
+                           0x1p-10f, 0x1.8p-10f, -0x1p-20f, 57344.0f, 464.0f, 17.0f, 18.0f, 61440.0f, 0x1p-17f};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(vt_fp8_e4m3_from_f32(cases[i]) == ref_encode(&REF_E4M3, cases[i]), "ref/e4m3 case %zu", i);
+        CHECK(vt_fp8_e5m2_from_f32(cases[i]) == ref_encode(&REF_E5M2, cases[i]), "ref/e5m2 case %zu", i);
+    }
+    CHECK(vt_fp8_e4m3_from_f32(0.0f) == 0x00, "+0");
+    CHECK(vt_fp8_e4m3_from_f32(-0.0f) == 0x80, "-0 keeps its sign");
+    CHECK(vt_fp8_e4m3_from_f32(1.0f) == 0x38, "1.0");
+    CHECK(vt_fp8_e4m3_from_f32(448.0f) == 0x7E, "max");
+    CHECK(vt_fp8_e4m3_from_f32(1e9f) == 0x7E, "saturate");
+    CHECK(vt_fp8_e4m3_from_f32(-INFINITY) == 0xFE, "-inf saturates");
+    CHECK(vt_fp8_e4m3_from_f32(NAN) == 0x7F, "NaN");
+    CHECK(vt_fp8_e4m3_from_f32(0x1p-9f) == 0x01, "smallest subnormal");
+    CHECK(vt_fp8_e4m3_from_f32(0x1p-10f) == 0x00, "half the smallest subnormal ties to 0");
+    CHECK(vt_fp8_e4m3_from_f32(0x1.8p-9f) == 0x02, "1.5 steps ties to even (2)");
+    CHECK(vt_fp8_e4m3_from_f32(17.0f) == 0x58, "17 ties to 16 (even)");
+    CHECK(vt_fp8_e4m3_from_f32(19.0f) == 0x5A, "19 ties to 20 (even)");
+    CHECK(vt_fp8_e5m2_from_f32(57344.0f) == 0x7B, "e5m2 max");
+    CHECK(vt_fp8_e5m2_from_f32(INFINITY) == 0x7B, "e5m2 inf saturates");
+    CHECK(vt_fp8_e5m2_from_f32(0x1p-16f) == 0x01, "e5m2 smallest subnormal");
+}
+
+static void test_decode(void) {
+    for (int c = 0; c < 256; c++) {
+        int s = c >> 7, mag = c & 0x7F;
+        float e4 = vt_fp8_e4m3_to_f32((uint8_t)c), e5 = vt_fp8_e5m2_to_f32((uint8_t)c);
+        if (mag == 0x7F) CHECK(isnan(e4), "e4m3 0x%02x is NaN", c);
+        else CHECK((double)e4 == (s ? -1 : 1) * ref_value(&REF_E4M3, mag), "e4m3 decode 0x%02x", c);
+        if (mag > 0x7C) CHECK(isnan(e5), "e5m2 0x%02x is NaN", c);
+        else if (mag == 0x7C) CHECK(isinf(e5) && (signbit(e5) != 0) == s, "e5m2 0x%02x is inf", c);
+        else CHECK((double)e5 == (s ? -1 : 1) * ref_value(&REF_E5M2, mag), "e5m2 decode 0x%02x", c);
+        CHECK((signbit(e4) != 0) == s || isnan(e4), "e4m3 sign 0x%02x", c);
+        /* round trip: every finite code encodes back to itself */
+        if (mag != 0x7F) CHECK(vt_fp8_e4m3_from_f32(e4) == c, "e4m3 round trip 0x%02x", c);
+        if (mag < 0x7C) CHECK(vt_fp8_e5m2_from_f32(e5) == c, "e5m2 round trip 0x%02x", c);
+    }
+    /* decode * scale through every ISA and output dtype, bit for bit */
+    uint8_t codes[256 + 13];
+    for (int i = 0; i < 256 + 13; i++) codes[i] = (uint8_t)(i * 7 + 3);
+    const float scales[] = {1.0f, 0.0078125f, 3.3f, 1e-30f, 7e30f};
+    for (int f = 0; f < 2; f++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+            for (int d = 0; d < 3; d++) {
+                uint32_t ref[269], out[269];
+                memset(ref, 0, sizeof ref);
+                isa_kernels[0].dequant[f][d](codes, ref, 269, scales[si]);
+                for (int k = 1; k < isa_count; k++) {
+                    memset(out, 0, sizeof out);
+                    isa_kernels[k].dequant[f][d](codes, out, 269, scales[si]);
+                    CHECK(memcmp(ref, out, sizeof ref) == 0, "dequant isa %d fmt %d dtype %d scale %g", k, f, d,
+                          (double)scales[si]);
+                }
+            }
+}
+
+/* Every float16 and bfloat16 bit pattern as a quantize source, several
+ * scales, every ISA against scalar; and f16/bf16 <-> f32 conversions. */
+static void test_half_sources(void) {
+    uint16_t *h = malloc(65536 * 2);
+    uint8_t *c0 = malloc(65536), *c1 = malloc(65536);
+    float *f0 = malloc(65536 * 4), *f1 = malloc(65536 * 4);
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    const float scales[] = {1.0f, 0.5f, 3.0f, 0.1f};
+    for (int src = VT_DTYPE_F16; src <= VT_DTYPE_BF16; src++) {
+        isa_kernels[0].convert[src][VT_DTYPE_F32](h, f0, 65536);
+        for (uint32_t i = 0; i < 65536; i++) {
+            float want = src == VT_DTYPE_F16 ? vt_f16_to_f32(h[i]) : vt_bf16_to_f32(h[i]);
+            CHECK(f32_bits(f0[i]) == f32_bits(want), "widen dtype %d 0x%04x", src, i);
+            if (src == VT_DTYPE_F16) {
+                _Float16 hf;
+                memcpy(&hf, &h[i], 2);
+                if (!isnan((float)hf)) CHECK(f32_bits((float)hf) == f32_bits(want), "f16 widen ref 0x%04x", i);
+            }
+        }
+        for (int k = 1; k < isa_count; k++) {
+            isa_kernels[k].convert[src][VT_DTYPE_F32](h, f1, 65536);
+            CHECK(memcmp(f0, f1, 65536 * 4) == 0, "widen isa %d dtype %d", k, src);
+        }
+        for (int f = 0; f < 2; f++)
+            for (size_t si = 0; si < 4; si++) {
+                isa_kernels[0].quant[src][f](h, c0, 65536, scales[si]);
+                for (uint32_t i = 0; i < 65536; i++) {
+                    float v = f0[i] / scales[si];
+                    uint8_t want = f ? vt_fp8_e5m2_from_f32(v) : vt_fp8_e4m3_from_f32(v);
+                    CHECK(c0[i] == want, "quant src %d fmt %d 0x%04x", src, f, i);
+                }
+                for (int k = 1; k < isa_count; k++) {
+                    isa_kernels[k].quant[src][f](h, c1, 65536, scales[si]);
+                    CHECK(memcmp(c0, c1, 65536) == 0, "quant isa %d src %d fmt %d scale %g", k, src, f,
+                          (double)scales[si]);
+                }
+            }
+    }
+    free(h), free(c0), free(c1), free(f0), free(f1);
+}
+
+/* Division, not multiplication by the reciprocal: search scales s and
+ * e4m3 midpoints m for x = fl(m * s) where fl(x / s) is exactly the
+ * midpoint but fl(x * fl(1 / s)) is not, so the two give different codes;
+ * the bulk API must give the division's code. */
+static void test_scale_is_division(void) {
+    int found = 0;
+    for (uint32_t k = 0; k < 100000 && found < 3; k++) {
+        float s = bits_f32(0x3E99999Au + k * 13u); /* around 0.3 */
+        for (int lo = 8; lo < 0x7E && found < 3; lo++) {
+            float m = (float)((ref_value(&REF_E4M3, lo) + ref_value(&REF_E4M3, lo + 1)) / 2);
+            float x = m * s;
+            uint8_t div = ref_encode(&REF_E4M3, x / s), mul = ref_encode(&REF_E4M3, x * (1.0f / s));
+            if (div == mul) continue;
+            found++;
+            uint8_t got[3] = {0, 0, 0};
+            float xs[3] = {x, x, x};
+            vt_error err;
+            CHECK(vt_fp8_quantize(xs, VT_DTYPE_F32, got, 3, s, VT_DTYPE_FP8_E4M3, 1, &err) == VT_OK, "quantize");
+            CHECK(got[0] == div, "x/scale must be a true division: x=%a s=%a got 0x%02x want 0x%02x (mul 0x%02x)",
+                  (double)x, (double)s, got[0], div, mul);
+        }
+    }
+    CHECK(found == 3, "cases where x/s and x*(1/s) give different codes exist (found %d)", found);
+}
+
+static void test_bulk_api(void) {
+    vt_error err;
+    float x[1000];
+    uint8_t c[1000], sentinel[1000];
+    for (int i = 0; i < 1000; i++) x[i] = (float)(i - 500) * 0.37f;
+    memset(c, 0xAB, sizeof c);
+    memcpy(sentinel, c, sizeof c);
+    CHECK(vt_fp8_quantize(x, VT_DTYPE_F32, c, 1000, 0.0f, VT_DTYPE_FP8_E4M3, 1, &err) == VT_ERR_VALUE, "zero scale");
+    CHECK(strstr(err.message, "scale") != NULL, "message names scale: %s", err.message);
+    CHECK(vt_fp8_quantize(x, VT_DTYPE_F32, c, 1000, -1.0f, VT_DTYPE_FP8_E4M3, 1, &err) == VT_ERR_VALUE, "neg scale");
+    CHECK(vt_fp8_quantize(x, VT_DTYPE_F32, c, 1000, NAN, VT_DTYPE_FP8_E4M3, 1, &err) == VT_ERR_VALUE, "nan scale");
+    CHECK(vt_fp8_quantize(x, VT_DTYPE_F32, c, 1000, INFINITY, VT_DTYPE_FP8_E4M3, 1, &err) == VT_ERR_VALUE, "inf scale");
+    CHECK(vt_fp8_quantize(x, VT_DTYPE_F32, c, 1000, 1.0f, VT_DTYPE_F16, 1, &err) == VT_ERR_VALUE, "bad fmt");
+    CHECK(vt_fp8_quantize(x, VT_DTYPE_FP8_E4M3, c, 1000, 1.0f, VT_DTYPE_FP8_E4M3, 1, &err) == VT_ERR_TYPE, "bad src");
+    CHECK(vt_fp8_quantize(NULL, VT_DTYPE_F32, c, 1000, 1.0f, VT_DTYPE_FP8_E4M3, 1, &err) == VT_ERR_VALUE, "NULL");
+    CHECK(memcmp(c, sentinel, sizeof c) == 0, "nothing written on error");
+    CHECK(vt_fp8_quantize(NULL, VT_DTYPE_F32, NULL, 0, 1.0f, VT_DTYPE_FP8_E4M3, 1, &err) == VT_OK, "empty ok");
+    /* threads: same bytes whatever the thread count */
+    enum { N = 1 << 20 };
+    float *big = malloc(N * 4);
+    uint8_t *a = malloc(N), *b = malloc(N);
+    for (int i = 0; i < N; i++) big[i] = sinf((float)i) * 500.0f;
+    CHECK(vt_fp8_quantize(big, VT_DTYPE_F32, a, N, 0.7f, VT_DTYPE_FP8_E4M3, 1, &err) == VT_OK, "1 thread");
+    CHECK(vt_fp8_quantize(big, VT_DTYPE_F32, b, N, 0.7f, VT_DTYPE_FP8_E4M3, 3, &err) == VT_OK, "3 threads");
+    CHECK(memcmp(a, b, N) == 0, "thread count does not change bytes");
+    for (int i = 0; i < N; i += 9973) CHECK(a[i] == vt_fp8_e4m3_from_f32(big[i] / 0.7f), "bulk = scalar at %d", i);
+    free(big), free(a), free(b);
+}
+
+static void test_table(void) {
+    const vt_dtype_info *t = vt_dtype_get(VT_DTYPE_FP8_E4M3);
+    CHECK(t && t->elem_bytes == 1 && t->is_fp8 && t->max_finite == 448.0, "e4m3 row");
+    CHECK(vt_dtype_get(VT_DTYPE_BF16)->elem_bytes * 1 == 2 * vt_dtype_get(VT_DTYPE_FP8_E5M2)->elem_bytes, "half");
+    CHECK(vt_dtype_get(-1) == NULL && vt_dtype_get(VT_DTYPE_COUNT) == NULL, "out of range");
+    int d = 99;
+    vt_error err;
+    CHECK(vt_dtype_from_name("fp8", "kv_cache_dtype", &d, &err) == VT_OK && d == VT_DTYPE_FP8_E4M3, "fp8 alias");
+    CHECK(vt_dtype_from_name("half", "kv_cache_dtype", &d, &err) == VT_OK && d == VT_DTYPE_F16, "half alias");
+    CHECK(vt_dtype_from_name("auto", "kv_cache_dtype", &d, &err) == VT_OK && d == VT_DTYPE_AUTO, "auto");
+    CHECK(vt_dtype_from_name("fp9", "kv_cache_dtype", &d, &err) == VT_ERR_VALUE, "unknown");
+    CHECK(strstr(err.message, "kv_cache_dtype") && strstr(err.message, "fp8_e5m2"), "lists names: %s", err.message);
+    CHECK(strcmp(vt_kv_cache_flag(0), "auto") == 0 && vt_kv_cache_flag(vt_kv_cache_flag_count()) == NULL, "flags");
+}
+
+int main(int argc, char **argv) {
+    int full = argc > 1 && strcmp(argv[1], "--full") == 0;
+    ref_init(&REF_E4M3);
+    ref_init(&REF_E5M2);
+    vt_error err;
+    if (vt_runtime_init(NULL, &err) != VT_OK) {
+        fprintf(stderr, "init: %s\n", err.message);
+        return 1;
+    }
+    vt_isa best = vt_isa_best();
+    for (int k = 0; k <= (int)best; k++) {
+        CHECK(vt_isa_set((vt_isa)k, &err) == VT_OK, "set isa %d", k);
+        isa_kernels[isa_count++] = *vt_codec_active();
+    }
+    if ((int)best < VT_ISA_AVX512) CHECK(vt_isa_set(VT_ISA_AVX512, &err) == VT_ERR_UNSUPPORTED, "refuse isa");
+    vt_isa_set(best, &err);
+    printf("test_codec: ISAs tested: %d (best %s), sweep: %s\n", isa_count, vt_isa_name(best),
+           full ? "all 2^32 float32 inputs" : "strided sample (1/4099)");
+    test_table();
+    test_known_values();
+    test_decode();
+    test_half_sources();
+    test_scale_is_division();
+    test_bulk_api();
+    run_sweep(full);
+    printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,50 @@
+"""vtinfer: a vLLM-compatible paged KV cache, fp8 KV-cache dtype resolver and
+fast paged attention kernels, with a C core.
+
+>>> import numpy as np, vtinfer as vt
+>>> codes = vt.fp8_quantize(np.array([1.0, 1000.0], np.float32), scale=2.0)
+>>> vt.fp8_dequantize(codes, scale=2.0)
+array([  1., 896.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vtinfer import _C
+from vtinfer._C import ConfigError, VtinferError
+from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
+from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, DtypeInfo, dtype_info
+
+__version__ = "0.1.0"
+
+
+def build_info() -> dict[str, Any]:
+    """What this build of vtinfer is and runs on.
+
+    Returns
+    -------
+    dict
+        ``version``, ``isa`` (the kernels in use: scalar, avx2, avx512),
+        ``isa_best`` (the best this CPU allows), ``cpu_features``,
+        ``compiler``, ``cuda_built`` and ``cuda`` (a one-line status of the
+        CUDA arm).
+    """
+    info = dict(_C.build_info())
+    info["cuda"] = "CUDA arm built, no device" if info["cuda_built"] else "CUDA arm not built"
+    return info
+
+
+__all__ = [
+    "ConfigError",
+    "DTYPES",
+    "DtypeInfo",
+    "FP8_DTYPES",
+    "KV_CACHE_DTYPES",
+    "VtinferError",
+    "build_info",
+    "convert",
+    "dtype_info",
+    "fp8_dequantize",
+    "fp8_quantize",
+]

@@ -1,0 +1,7 @@
+"""``python -m vtinfer``: the same as the ``vtinfer`` command."""
+
+import sys
+
+from vtinfer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,69 @@
+"""Dtype lists derived from the C dtype table (never kept by hand)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from vtinfer import _C
+
+
+@dataclass(frozen=True)
+class DtypeInfo:
+    """One row of vtinfer's C dtype table.
+
+    Attributes
+    ----------
+    name : str
+        Canonical vtinfer name (``"float32"``, ``"fp8_e4m3"``, ...).
+    numpy_name : str
+        NumPy / ml_dtypes name (``"bfloat16"``, ``"float8_e4m3fn"``).
+    flags : tuple of str
+        vLLM ``--kv-cache-dtype`` spellings that name this dtype.
+    elem_bytes : int
+        Bytes per element.
+    is_fp8 : bool
+        Whether this is a float8 storage format.
+    max_finite : float
+        Largest finite value.
+    """
+
+    id: int
+    name: str
+    numpy_name: str
+    flags: tuple[str, ...]
+    elem_bytes: int
+    is_fp8: bool
+    max_finite: float
+    exponent_bits: int
+    mantissa_bits: int
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The NumPy dtype of values of this dtype (ml_dtypes for bf16 / fp8)."""
+        if hasattr(np, self.numpy_name) and self.numpy_name in ("float32", "float16"):
+            return np.dtype(self.numpy_name)
+        return np.dtype(getattr(ml_dtypes, self.numpy_name))
+
+
+DTYPES: tuple[DtypeInfo, ...] = tuple(DtypeInfo(**row) for row in _C.dtype_table())
+KV_CACHE_DTYPES: tuple[str, ...] = _C.kv_cache_flags()
+FP8_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.is_fp8)
+
+
+def dtype_info(name: str) -> DtypeInfo:
+    """Look up a dtype by canonical name, NumPy name or vLLM flag spelling.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` names no dtype (``"auto"`` included: it names none by itself).
+    """
+    for d in DTYPES:
+        if name == d.name or name == d.numpy_name or name in d.flags:
+            return d
+    raise ValueError(
+        f"dtype_info: name must be one of {', '.join(n for n in KV_CACHE_DTYPES if n != 'auto')}; got {name!r}"
+    )
