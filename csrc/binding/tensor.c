@@ -95,6 +95,10 @@ static void dl_owner_destroy(PyObject *cap) {
         PyErr_Clear();
         return;
     }
+    /* The deleter may run Python code (a ctypes or Python producer) while
+     * an exception of ours is pending: keep it aside meanwhile. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
     if (versioned) {
         vt_dl_managed_versioned *mt = p;
         if (mt->deleter) mt->deleter(mt);
@@ -102,6 +106,7 @@ static void dl_owner_destroy(PyObject *cap) {
         vt_dl_managed *mt = p;
         if (mt->deleter) mt->deleter(mt);
     }
+    PyErr_Restore(type, value, tb);
 }
 
 static int from_dlpack(PyObject *obj, const char *fn, const char *arg, vt_tensor *t) {
@@ -168,9 +173,15 @@ static int from_dlpack(PyObject *obj, const char *fn, const char *arg, vt_tensor
     t->ndim = dl->ndim;
     int64_t stride = (int64_t)t->itemsize;
     for (int i = dl->ndim - 1; i >= 0; i--) {
-        t->shape[i] = dl->shape[i];
-        t->strides[i] = dl->strides ? dl->strides[i] * (int64_t)t->itemsize : stride;
-        stride *= dl->shape[i];
+        int64_t dim = dl->shape[i], st_i = stride;
+        if (dim < 0 || (dl->strides && __builtin_mul_overflow(dl->strides[i], (int64_t)t->itemsize, &st_i)) ||
+            __builtin_mul_overflow(stride, dim > 0 ? dim : 1, &stride)) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have a shape and strides whose byte sizes fit in 64 bits", fn,
+                         arg);
+            return -1;
+        }
+        t->shape[i] = dim;
+        t->strides[i] = st_i;
     }
     t->readonly = readonly;
     t->device_type = dl->device.device_type;
@@ -242,6 +253,11 @@ int64_t vt_tensor_numel(const vt_tensor *t, const char *fn, const char *arg) {
             return -1;
         }
     }
+    size_t bytes;
+    if (vt_size_mul(n, t->itemsize ? t->itemsize : 1, &bytes) != 0 || bytes > (size_t)INT64_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have a byte size that fits in 64 bits", fn, arg);
+        return -1;
+    }
     return (int64_t)n;
 }
 
@@ -296,9 +312,10 @@ static void mask_names(unsigned mask, char *buf, size_t size) {
 }
 
 int vt_tensor_check(const vt_tensor *t, const char *fn, const char *arg, unsigned elem_mask, int ndim) {
-    if (t->device_type != VT_DL_CPU && t->device_type != VT_DL_CUDA_HOST) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be in CPU memory; got DLPack device type %d", fn, arg,
-                     t->device_type);
+    /* STYLE.md order: (Python type: done by the caller) rank, (shape: the
+     * caller's), dtype, (contiguity: the caller's), device. */
+    if (ndim >= 0 && t->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have %d dimensions; got %d", fn, arg, ndim, t->ndim);
         return -1;
     }
     if (!(elem_mask & VT_ELEM_BIT(t->elem))) {
@@ -307,8 +324,9 @@ int vt_tensor_check(const vt_tensor *t, const char *fn, const char *arg, unsigne
         PyErr_Format(PyExc_TypeError, "%s: %s must have dtype %s; got %s", fn, arg, names, t->dtype_name);
         return -1;
     }
-    if (ndim >= 0 && t->ndim != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have %d dimensions; got %d", fn, arg, ndim, t->ndim);
+    if (t->device_type != VT_DL_CPU && t->device_type != VT_DL_CUDA_HOST) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be in CPU memory; got DLPack device type %d", fn, arg,
+                     t->device_type);
         return -1;
     }
     return 0;

@@ -1,0 +1,71 @@
+"""A minimal DLPack producer written with ctypes, for tests that need
+tensors NumPy cannot describe (byte sizes that overflow 64 bits, odd
+dtypes). It hands out a legacy "dltensor" capsule over a small real buffer;
+the deleter is a ctypes callback that records that it ran."""
+
+from __future__ import annotations
+
+import ctypes
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class FakeTensor:
+    """Exports `shape` (and optional element `strides`) of a DLPack dtype
+    over a 64-byte buffer. `deleted` counts deleter calls."""
+
+    def __init__(self, shape, code=2, bits=32, strides=None, device_type=1):
+        self.buffer = ctypes.create_string_buffer(64)
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = (ctypes.c_int64 * len(shape))(*strides) if strides is not None else None
+        self.deleted = 0
+        self._deleter = DELETER(self._on_delete)
+        self.managed = DLManagedTensor()
+        t = self.managed.dl_tensor
+        t.data = ctypes.cast(self.buffer, ctypes.c_void_p)
+        t.device = DLDevice(device_type, 0)
+        t.ndim = len(shape)
+        t.dtype = DLDataType(code, bits, 1)
+        t.shape = self.shape
+        t.strides = self.strides if self.strides is not None else None
+        t.byte_offset = 0
+        self.managed.deleter = self._deleter
+
+    def _on_delete(self, _ptr):
+        self.deleted += 1
+
+    def __dlpack__(self, *, stream=None, max_version=None):
+        return _PyCapsule_New(ctypes.addressof(self.managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (self.managed.dl_tensor.device.device_type, 0)
