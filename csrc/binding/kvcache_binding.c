@@ -1,0 +1,957 @@
+/* Python surface of the paged KV cache and the store:
+ *
+ *   class _C.PagedKVCache:
+ *       __new__(num_layers, num_blocks, block_size, num_kv_heads, head_size, dtype,
+ *               layout="NHD", k_scale=1.0, v_scale=1.0, *, model_dtype=None)
+ *       key_cache(layer) / value_cache(layer) -> ndarray view (uint8 for fp8)
+ *       store(layer, key, value, slot_mapping, *, num_threads=None)
+ *       gather(layer, slots) -> (k float32 [n, H, D], v float32 [n, H, D])
+ *       release()                       # frees the storage; BufferError while views live
+ *       _dlpack(layer=-1, which=-1, max_version=None) -> capsule
+ *       __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ *       __dlpack_device__() -> (1, 0)
+ *       k_scale, v_scale (get/set arrays), num_layers, ..., dtype, layout, page_bytes, nbytes, exports
+ *   _C.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+ *                              k_scale, v_scale, *, layout=None, num_threads=None)
+ *   _C.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+ *                        k_scale, v_scale, *, num_threads=None)
+ */
+#include "vt_binding.h"
+#include "vt_dlpack.h"
+#include "vtinfer/kvcache.h"
+
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    vt_kv_cache *c;
+    Py_ssize_t exports; /* live NumPy views and DLPack capsules */
+} KVCacheObject;
+
+static const char *layout_name(vt_kv_layout l) { return l == VT_KV_LAYOUT_HND ? "HND" : "NHD"; }
+
+/* ---------------------------------------------------------------- scales */
+
+/* Parse a scale argument into float32 values: a number, or an array of
+ * n_options[i] elements with the given rank. Returns a new float32
+ * C-contiguous array or NULL with an exception set. */
+static PyArrayObject *scale_array(PyObject *obj, const char *fn, const char *arg) {
+    if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number or an array of them; got bool", fn, arg);
+        return NULL;
+    }
+    PyObject *a = PyArray_FromAny(obj, PyArray_DescrFromType(NPY_FLOAT32), 0, 2,
+                                  NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, NULL);
+    if (!a) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number or an array of at most 2 dimensions; got %s", fn,
+                     arg, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return (PyArrayObject *)a;
+}
+
+/* Cache scales: a number, [num_layers] or [num_layers, num_kv_heads]. */
+static int cache_scale_parse(const vt_kv_cache *c, PyObject *obj, const char *arg, PyArrayObject **out,
+                             vt_kv_scale_mode *mode) {
+    static const char fn[] = "PagedKVCache";
+    PyArrayObject *a = scale_array(obj, fn, arg);
+    if (!a) return -1;
+    int nd = PyArray_NDIM(a);
+    npy_intp *sh = PyArray_DIMS(a);
+    const int64_t L = c->cfg.num_layers, H = c->cfg.num_kv_heads;
+    if (nd == 0) *mode = VT_KV_SCALE_TENSOR;
+    else if (nd == 1 && sh[0] == L) *mode = VT_KV_SCALE_LAYER;
+    else if (nd == 1 && sh[0] == 1) *mode = VT_KV_SCALE_TENSOR;
+    else if (nd == 2 && sh[0] == L && sh[1] == H) *mode = VT_KV_SCALE_HEAD;
+    else {
+        PyObject *shape = PyObject_GetAttrString((PyObject *)a, "shape");
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s must be a number, shape [num_layers] = [%lld] or [num_layers, num_kv_heads] = "
+                     "[%lld, %lld]; got shape %R",
+                     fn, arg, (long long)L, (long long)L, (long long)H, shape ? shape : Py_None);
+        Py_XDECREF(shape);
+        Py_DECREF(a);
+        return -1;
+    }
+    *out = a;
+    return 0;
+}
+
+static int cache_set_scales(vt_module_state *st, vt_kv_cache *c, PyObject *k_obj, PyObject *v_obj) {
+    PyArrayObject *k = NULL, *v = NULL;
+    vt_kv_scale_mode km = VT_KV_SCALE_TENSOR, vm = VT_KV_SCALE_TENSOR;
+    if (k_obj && cache_scale_parse(c, k_obj, "k_scale", &k, &km) < 0) return -1;
+    if (v_obj && cache_scale_parse(c, v_obj, "v_scale", &v, &vm) < 0) {
+        Py_XDECREF(k);
+        return -1;
+    }
+    vt_error err;
+    vt_status s = vt_kv_cache_set_scales(c, km, k ? (const float *)PyArray_DATA(k) : NULL, vm,
+                                         v ? (const float *)PyArray_DATA(v) : NULL, &err);
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    if (s != VT_OK) {
+        vt_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *cache_get_scales(const vt_kv_cache *c, int which) {
+    const float *src = which ? c->v_scale : c->k_scale;
+    vt_kv_scale_mode mode = which ? c->v_scale_mode : c->k_scale_mode;
+    const int64_t L = c->cfg.num_layers, H = c->cfg.num_kv_heads;
+    npy_intp dims[2] = {(npy_intp)L, (npy_intp)H};
+    int nd = mode == VT_KV_SCALE_TENSOR ? 0 : mode == VT_KV_SCALE_LAYER ? 1 : 2;
+    PyObject *a = PyArray_SimpleNew(nd, dims, NPY_FLOAT32);
+    if (!a) return NULL;
+    float *d = PyArray_DATA((PyArrayObject *)a);
+    if (nd == 0) d[0] = src[0];
+    else if (nd == 1)
+        for (int64_t l = 0; l < L; l++) d[l] = src[l * H];
+    else memcpy(d, src, (size_t)(L * H) * sizeof(float));
+    return a;
+}
+
+/* ------------------------------------------------------- dtype arguments */
+
+/* A dtype name of the table, or "auto" (returns VT_DTYPE_AUTO). */
+static int parse_dtype_name(PyObject *obj, const char *fn, const char *arg, int *out) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a str naming a dtype; got %s", fn, arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    const char *s = PyUnicode_AsUTF8(obj);
+    if (!s) return -1;
+    vt_error err;
+    if (vt_dtype_from_name(s, arg, out, &err) != VT_OK) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", fn, err.message);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- the type */
+
+static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static const char fn[] = "PagedKVCache";
+    static char *kwlist[] = {"num_layers", "num_blocks", "block_size", "num_kv_heads", "head_size", "dtype",
+                             "layout", "k_scale", "v_scale", "model_dtype", NULL};
+    vt_module_state *st = vt_state_from_type(type);
+    if (!st) return NULL;
+    long long L, nb, bs, H, D;
+    PyObject *dtype_obj, *layout_obj = NULL, *k_obj = NULL, *v_obj = NULL, *model_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLLLLO|OOO$O:PagedKVCache", kwlist, &L, &nb, &bs, &H, &D, &dtype_obj,
+                                     &layout_obj, &k_obj, &v_obj, &model_obj))
+        return NULL;
+    int dtype;
+    if (parse_dtype_name(dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
+    if (dtype == VT_DTYPE_AUTO) {
+        if (model_obj == Py_None) {
+            PyErr_Format(PyExc_ValueError, "%s: model_dtype must be given when dtype is 'auto'; got None", fn);
+            return NULL;
+        }
+        if (parse_dtype_name(model_obj, fn, "model_dtype", &dtype) < 0) return NULL;
+        if (dtype == VT_DTYPE_AUTO || vt_dtype_get(dtype)->is_fp8) {
+            PyErr_Format(PyExc_ValueError, "%s: model_dtype must be float32, float16 or bfloat16; got %R", fn,
+                         model_obj);
+            return NULL;
+        }
+    }
+    vt_kv_layout layout = VT_KV_LAYOUT_NHD;
+    if (layout_obj && layout_obj != Py_None) {
+        const char *s = PyUnicode_Check(layout_obj) ? PyUnicode_AsUTF8(layout_obj) : NULL;
+        if (s && strcmp(s, "NHD") == 0) layout = VT_KV_LAYOUT_NHD;
+        else if (s && strcmp(s, "HND") == 0) layout = VT_KV_LAYOUT_HND;
+        else {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: layout must be 'NHD' or 'HND'; got %R", fn, layout_obj);
+            return NULL;
+        }
+    }
+    vt_kv_cache_config cfg = {L, nb, bs, H, D, (vt_dtype)dtype, layout};
+    vt_error err;
+    vt_kv_cache *c = NULL;
+    /* Check the geometry (and overflow) before scales so that a bad size is
+     * reported as such; create allocates and zero-fills. */
+    if (vt_kv_cache_sizes(&cfg, fn, NULL, NULL, NULL, NULL, &err) != VT_OK) return vt_raise(st, &err);
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_kv_cache_create(&cfg, &c, &err);
+    Py_END_ALLOW_THREADS
+    if (s != VT_OK) return vt_raise(st, &err);
+    if (cache_set_scales(st, c, k_obj, v_obj) < 0) {
+        vt_kv_cache_free(c);
+        return NULL;
+    }
+    KVCacheObject *self = (KVCacheObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        vt_kv_cache_free(c);
+        return NULL;
+    }
+    self->c = c;
+    self->exports = 0;
+    return (PyObject *)self;
+}
+
+static void kv_dealloc(PyObject *op) {
+    KVCacheObject *self = (KVCacheObject *)op;
+    PyTypeObject *tp = Py_TYPE(op);
+    vt_kv_cache_free(self->c); /* no export can be alive: each holds a reference */
+    self->c = NULL;
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static int kv_require_storage(KVCacheObject *self, const char *fn) {
+    if (!self->c->data) {
+        PyErr_Format(PyExc_ValueError, "%s: the cache must hold storage; got a released cache", fn);
+        return -1;
+    }
+    return 0;
+}
+
+static int kv_layer_arg(KVCacheObject *self, PyObject *obj, const char *fn, int64_t *layer) {
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: layer must be an int; got %s", fn, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        v = -1;
+    }
+    if (v < 0 || v >= self->c->cfg.num_layers) {
+        PyErr_Format(PyExc_IndexError, "%s: layer must be in [0, %lld); got %R", fn,
+                     (long long)self->c->cfg.num_layers, obj);
+        return -1;
+    }
+    *layer = v;
+    return 0;
+}
+
+/* An export pin: a capsule whose destructor releases the cache's count. */
+static void export_pin_destroy(PyObject *cap) {
+    KVCacheObject *self = PyCapsule_GetPointer(cap, "vtinfer.kv_export");
+    if (!self) {
+        PyErr_Clear();
+        return;
+    }
+    self->exports--;
+    Py_DECREF(self);
+}
+
+static PyObject *export_pin_new(KVCacheObject *self) {
+    PyObject *cap = PyCapsule_New(self, "vtinfer.kv_export", export_pin_destroy);
+    if (!cap) return NULL;
+    Py_INCREF(self);
+    self->exports++;
+    return cap;
+}
+
+/* NumPy view of K (which 0) or V (1) of a layer: the layout's shape,
+ * contiguous, writable, uint8 for fp8. */
+static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
+    const char *fn = which ? "PagedKVCache.value_cache" : "PagedKVCache.key_cache";
+    vt_module_state *st = vt_state_from_type(Py_TYPE(self));
+    int64_t layer;
+    if (!st || kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    const vt_kv_cache_config *g = &self->c->cfg;
+    npy_intp dims[4] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads,
+                        (npy_intp)g->head_size};
+    if (g->layout == VT_KV_LAYOUT_HND) {
+        dims[1] = (npy_intp)g->num_kv_heads;
+        dims[2] = (npy_intp)g->block_size;
+    }
+    PyArray_Descr *d;
+    switch (g->dtype) {
+    case VT_DTYPE_F32: d = PyArray_DescrFromType(NPY_FLOAT32); break;
+    case VT_DTYPE_F16: d = PyArray_DescrFromType(NPY_FLOAT16); break;
+    case VT_DTYPE_BF16: d = st->descr_bf16; Py_INCREF(d); break;
+    default: d = PyArray_DescrFromType(NPY_UINT8); break;
+    }
+    PyObject *pin = export_pin_new(self);
+    if (!pin) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, 4, dims, NULL, vt_kv_cache_layer_data(self->c, layer, which),
+                                       NPY_ARRAY_CARRAY, NULL);
+    if (!a) {
+        Py_DECREF(pin);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+static PyObject *kv_key_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 0); }
+static PyObject *kv_value_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 1); }
+
+/* ---- DLPack export ---- */
+
+typedef struct dl_export {
+    vt_dl_managed legacy;
+    vt_dl_managed_versioned versioned;
+    int is_versioned;
+    int64_t shape[6], strides[6];
+    KVCacheObject *owner;
+} dl_export;
+
+static void dl_export_free(dl_export *e) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    e->owner->exports--;
+    Py_DECREF(e->owner);
+    PyMem_RawFree(e);
+    PyGILState_Release(g);
+}
+
+static void dl_deleter_legacy(vt_dl_managed *m) { dl_export_free((dl_export *)m->manager_ctx); }
+static void dl_deleter_versioned(vt_dl_managed_versioned *m) { dl_export_free((dl_export *)m->manager_ctx); }
+
+static void dl_capsule_destroy(PyObject *cap) {
+    /* Only a capsule nobody consumed still carries its original name. */
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        vt_dl_managed_versioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        m->deleter(m);
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        vt_dl_managed *m = PyCapsule_GetPointer(cap, "dltensor");
+        m->deleter(m);
+    }
+    PyErr_Clear();
+}
+
+/* layer -1: the whole cache [L, 2, ...]; which -1: [2, ...] of a layer;
+ * which 0/1: K or V of a layer. */
+static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which, int versioned) {
+    const vt_kv_cache *c = self->c;
+    const vt_kv_cache_config *g = &c->cfg;
+    const int64_t es = (int64_t)c->elem_bytes, region = (int64_t)(c->region_bytes / c->elem_bytes);
+    dl_export *e = PyMem_RawCalloc(1, sizeof *e);
+    if (!e) return PyErr_NoMemory();
+    int64_t inner[4] = {g->num_blocks, g->block_size, g->num_kv_heads, g->head_size};
+    if (g->layout == VT_KV_LAYOUT_HND) {
+        inner[1] = g->num_kv_heads;
+        inner[2] = g->block_size;
+    }
+    int nd = 0;
+    if (layer < 0) {
+        e->shape[nd] = g->num_layers;
+        e->strides[nd++] = 2 * region;
+    }
+    if (which < 0) {
+        e->shape[nd] = 2;
+        e->strides[nd++] = region;
+    }
+    int64_t stride = 1;
+    for (int i = 3; i >= 0; i--) {
+        e->shape[nd + i] = inner[i];
+        e->strides[nd + i] = stride;
+        stride *= inner[i];
+    }
+    nd += 4;
+    vt_dl_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = vt_kv_cache_layer_data(c, layer < 0 ? 0 : layer, which < 0 ? 0 : which);
+    t.device.device_type = VT_DL_CPU;
+    t.device.device_id = 0;
+    t.ndim = nd;
+    t.dtype.lanes = 1;
+    t.dtype.bits = (uint8_t)(es * 8);
+    t.dtype.code = g->dtype == VT_DTYPE_BF16 ? VT_DL_BFLOAT : vt_dtype_get(g->dtype)->is_fp8 ? VT_DL_UINT : VT_DL_FLOAT;
+    t.shape = e->shape;
+    t.strides = e->strides;
+    e->owner = self;
+    e->is_versioned = versioned;
+    PyObject *cap;
+    if (versioned) {
+        e->versioned.version.major = 1;
+        e->versioned.version.minor = 0;
+        e->versioned.manager_ctx = e;
+        e->versioned.deleter = dl_deleter_versioned;
+        e->versioned.dl_tensor = t;
+        cap = PyCapsule_New(&e->versioned, "dltensor_versioned", dl_capsule_destroy);
+    } else {
+        e->legacy.manager_ctx = e;
+        e->legacy.deleter = dl_deleter_legacy;
+        e->legacy.dl_tensor = t;
+        cap = PyCapsule_New(&e->legacy, "dltensor", dl_capsule_destroy);
+    }
+    if (!cap) {
+        PyMem_RawFree(e);
+        return NULL;
+    }
+    Py_INCREF(self);
+    self->exports++;
+    return cap;
+}
+
+/* max_version None or a tuple (major, minor): versioned when major >= 1. */
+static int want_versioned(PyObject *mv) {
+    if (!mv || mv == Py_None) return 0;
+    if (!PyTuple_Check(mv) || PyTuple_GET_SIZE(mv) < 1) return 0;
+    long major = PyLong_AsLong(PyTuple_GET_ITEM(mv, 0));
+    if (major == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return major >= 1;
+}
+
+static PyObject *kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    KVCacheObject *self = (KVCacheObject *)op;
+    PyObject *stream = Py_None, *mv = Py_None, *dev = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &mv, &dev, &copy)) return NULL;
+    if (kv_require_storage(self, "PagedKVCache.__dlpack__") < 0) return NULL;
+    if (copy == Py_True) {
+        PyErr_SetString(PyExc_BufferError, "PagedKVCache.__dlpack__: copy must be None or False; got True");
+        return NULL;
+    }
+    return kv_dlpack_capsule(self, -1, -1, want_versioned(mv));
+}
+
+static PyObject *kv_private_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"layer", "which", "max_version", NULL};
+    KVCacheObject *self = (KVCacheObject *)op;
+    PyObject *layer_obj = NULL, *mv = Py_None;
+    int which = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OiO:_dlpack", kwlist, &layer_obj, &which, &mv)) return NULL;
+    if (kv_require_storage(self, "PagedKVCache._dlpack") < 0) return NULL;
+    int64_t layer = -1;
+    if (layer_obj && layer_obj != Py_None && kv_layer_arg(self, layer_obj, "PagedKVCache._dlpack", &layer) < 0)
+        return NULL;
+    if (which < -1 || which > 1) {
+        PyErr_Format(PyExc_ValueError, "PagedKVCache._dlpack: which must be -1, 0 or 1; got %d", which);
+        return NULL;
+    }
+    if (layer < 0 && which >= 0) {
+        PyErr_SetString(PyExc_ValueError, "PagedKVCache._dlpack: which needs a layer");
+        return NULL;
+    }
+    return kv_dlpack_capsule(self, layer, which, want_versioned(mv));
+}
+
+static PyObject *kv_dlpack_device(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("(ii)", VT_DL_CPU, 0);
+}
+
+/* ---- store / gather ---- */
+
+/* Pin key, value [T, H, D] (float, same dtype, last dim contiguous: a
+ * NumPy array that is not gets copied) and slot_mapping int64 [n] with
+ * n <= T. H, D < 0: taken from key. */
+typedef struct kv_inputs {
+    vt_tensor key, value, slots;
+} kv_inputs;
+
+static void kv_inputs_release(kv_inputs *in) {
+    vt_tensor_release(&in->key);
+    vt_tensor_release(&in->value);
+    vt_tensor_release(&in->slots);
+}
+
+static int last_dim_contiguous(const vt_tensor *t) {
+    return t->ndim == 0 || t->shape[t->ndim - 1] <= 1 || t->strides[t->ndim - 1] == (int64_t)t->itemsize;
+}
+
+static int pin_kv_inputs(vt_module_state *st, const char *fn, PyObject *k_obj, PyObject *v_obj, PyObject *s_obj,
+                         int64_t H, int64_t D, kv_inputs *in) {
+    memset(in, 0, sizeof *in);
+    if (vt_tensor_from_object(st, k_obj, fn, "key", 0, &in->key) < 0) return -1;
+    if (vt_tensor_from_object(st, v_obj, fn, "value", 0, &in->value) < 0) goto fail;
+    if (vt_tensor_from_object(st, s_obj, fn, "slot_mapping", 0, &in->slots) < 0) goto fail;
+    if (vt_tensor_check(&in->key, fn, "key", VT_ELEMS_FLOAT, 3) < 0 ||
+        vt_tensor_check(&in->value, fn, "value", VT_ELEMS_FLOAT, 3) < 0 ||
+        vt_tensor_check(&in->slots, fn, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), 1) < 0)
+        goto fail;
+    if (in->key.elem != in->value.elem) {
+        PyErr_Format(PyExc_TypeError, "%s: value must have key's dtype %s; got %s", fn, in->key.dtype_name,
+                     in->value.dtype_name);
+        goto fail;
+    }
+    if (H < 0) H = in->key.shape[1];
+    if (D < 0) D = in->key.shape[2];
+    for (int i = 0; i < 2; i++) {
+        const vt_tensor *t = i ? &in->value : &in->key;
+        if (t->shape[1] != H || t->shape[2] != D) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have shape [num_tokens, %lld, %lld]; got [%lld, %lld, %lld]",
+                         fn, i ? "value" : "key", (long long)H, (long long)D, (long long)t->shape[0],
+                         (long long)t->shape[1], (long long)t->shape[2]);
+            goto fail;
+        }
+    }
+    if (in->key.shape[0] != in->value.shape[0]) {
+        PyErr_Format(PyExc_ValueError, "%s: value must have key's token count %lld; got %lld", fn,
+                     (long long)in->key.shape[0], (long long)in->value.shape[0]);
+        goto fail;
+    }
+    if (in->slots.shape[0] > in->key.shape[0]) {
+        PyErr_Format(PyExc_ValueError, "%s: slot_mapping must have at most key.shape[0] = %lld elements; got %lld", fn,
+                     (long long)in->key.shape[0], (long long)in->slots.shape[0]);
+        goto fail;
+    }
+    if ((!last_dim_contiguous(&in->key) && vt_tensor_contiguous_input(st, &in->key, fn, "key") < 0) ||
+        (!last_dim_contiguous(&in->value) && vt_tensor_contiguous_input(st, &in->value, fn, "value") < 0) ||
+        vt_tensor_contiguous_input(st, &in->slots, fn, "slot_mapping") < 0)
+        goto fail;
+    return 0;
+fail:
+    kv_inputs_release(in);
+    return -1;
+}
+
+static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
+    static const char fn[] = "PagedKVCache.store";
+    static char *kwlist[] = {"layer", "key", "value", "slot_mapping", "num_threads", NULL};
+    KVCacheObject *self = (KVCacheObject *)op;
+    vt_module_state *st = vt_state_from_type(Py_TYPE(op));
+    PyObject *layer_obj, *k_obj, *v_obj, *s_obj, *nt_obj = Py_None;
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$O:store", kwlist, &layer_obj, &k_obj, &v_obj, &s_obj,
+                                            &nt_obj))
+        return NULL;
+    int64_t layer;
+    int nth;
+    if (kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
+    kv_inputs in;
+    if (pin_kv_inputs(st, fn, k_obj, v_obj, s_obj, self->c->cfg.num_kv_heads, self->c->cfg.head_size, &in) < 0)
+        return NULL;
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_kv_cache_store(self->c, layer, in.key.data, in.key.strides[0], in.key.strides[1], in.value.data,
+                          in.value.strides[0], in.value.strides[1], (vt_dtype)in.key.elem, in.slots.data,
+                          in.slots.shape[0], nth, &err);
+    Py_END_ALLOW_THREADS
+    kv_inputs_release(&in);
+    if (s != VT_OK) return vt_raise(st, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
+    static const char fn[] = "PagedKVCache.gather";
+    static char *kwlist[] = {"layer", "slots", NULL};
+    KVCacheObject *self = (KVCacheObject *)op;
+    vt_module_state *st = vt_state_from_type(Py_TYPE(op));
+    PyObject *layer_obj, *s_obj;
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OO:gather", kwlist, &layer_obj, &s_obj)) return NULL;
+    int64_t layer;
+    if (kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    PyObject *sl = PyArray_FromAny(s_obj, NULL, 0, 1, 0, NULL);
+    if (!sl) return NULL;
+    if (!PyArray_ISINTEGER((PyArrayObject *)sl)) {
+        PyErr_Format(PyExc_TypeError, "%s: slots must be integers; got %S", fn,
+                     (PyObject *)PyArray_DESCR((PyArrayObject *)sl));
+        Py_DECREF(sl);
+        return NULL;
+    }
+    PyObject *s64 = PyArray_FromAny(sl, PyArray_DescrFromType(NPY_INT64), 0, 1, NPY_ARRAY_CARRAY | NPY_ARRAY_FORCECAST,
+                                    NULL);
+    Py_DECREF(sl);
+    if (!s64) return NULL;
+    npy_intp n = PyArray_SIZE((PyArrayObject *)s64);
+    const vt_kv_cache_config *g = &self->c->cfg;
+    npy_intp dims[3] = {n, (npy_intp)g->num_kv_heads, (npy_intp)g->head_size};
+    PyObject *k = PyArray_SimpleNew(3, dims, NPY_FLOAT32);
+    PyObject *v = k ? PyArray_SimpleNew(3, dims, NPY_FLOAT32) : NULL;
+    if (!v) {
+        Py_XDECREF(k);
+        Py_DECREF(s64);
+        return NULL;
+    }
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_kv_cache_gather(self->c, layer, PyArray_DATA((PyArrayObject *)s64), (int64_t)n,
+                           PyArray_DATA((PyArrayObject *)k), PyArray_DATA((PyArrayObject *)v), &err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(s64);
+    if (s != VT_OK) {
+        Py_DECREF(k);
+        Py_DECREF(v);
+        return vt_raise(st, &err);
+    }
+    return Py_BuildValue("(NN)", k, v);
+}
+
+static PyObject *kv_release(PyObject *op, PyObject *unused) {
+    (void)unused;
+    KVCacheObject *self = (KVCacheObject *)op;
+    if (self->exports > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "PagedKVCache.release: the cache must have no live views or DLPack exports; got %zd", self->exports);
+        return NULL;
+    }
+    vt_kv_cache_release(self->c);
+    Py_RETURN_NONE;
+}
+
+static PyObject *kv_repr(PyObject *op) {
+    KVCacheObject *self = (KVCacheObject *)op;
+    const vt_kv_cache *c = self->c;
+    const vt_kv_cache_config *g = &c->cfg;
+    static const char *const modes[3] = {"per-tensor", "per-layer", "per-layer-and-head"};
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "PagedKVCache(num_layers=%lld, num_blocks=%lld, block_size=%lld, num_kv_heads=%lld, head_size=%lld, "
+             "dtype='%s', layout='%s', page_bytes=%zu, nbytes=%zu, k_scale=%s, v_scale=%s%s)",
+             (long long)g->num_layers, (long long)g->num_blocks, (long long)g->block_size,
+             (long long)g->num_kv_heads, (long long)g->head_size, vt_dtype_get(g->dtype)->name, layout_name(g->layout),
+             c->page_bytes, c->nbytes, modes[c->k_scale_mode], modes[c->v_scale_mode],
+             c->data ? "" : ", released");
+    return PyUnicode_FromString(buf);
+}
+
+/* ---- getters ---- */
+
+#define KV_INT_GETTER(name, expr)                                        \
+    static PyObject *kv_get_##name(PyObject *op, void *closure) {        \
+        (void)closure;                                                   \
+        const vt_kv_cache *c = ((KVCacheObject *)op)->c;                 \
+        (void)c;                                                         \
+        return PyLong_FromLongLong((long long)(expr));                   \
+    }
+KV_INT_GETTER(num_layers, c->cfg.num_layers)
+KV_INT_GETTER(num_blocks, c->cfg.num_blocks)
+KV_INT_GETTER(block_size, c->cfg.block_size)
+KV_INT_GETTER(num_kv_heads, c->cfg.num_kv_heads)
+KV_INT_GETTER(head_size, c->cfg.head_size)
+KV_INT_GETTER(page_bytes, c->page_bytes)
+KV_INT_GETTER(nbytes, c->nbytes)
+KV_INT_GETTER(element_size, c->elem_bytes)
+KV_INT_GETTER(exports, ((KVCacheObject *)op)->exports)
+
+static PyObject *kv_get_dtype(PyObject *op, void *closure) {
+    (void)closure;
+    return PyUnicode_FromString(vt_dtype_get(((KVCacheObject *)op)->c->cfg.dtype)->name);
+}
+static PyObject *kv_get_layout(PyObject *op, void *closure) {
+    (void)closure;
+    return PyUnicode_FromString(layout_name(((KVCacheObject *)op)->c->cfg.layout));
+}
+static PyObject *kv_get_released(PyObject *op, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(((KVCacheObject *)op)->c->data == NULL);
+}
+static PyObject *kv_get_k_scale(PyObject *op, void *closure) {
+    (void)closure;
+    return cache_get_scales(((KVCacheObject *)op)->c, 0);
+}
+static PyObject *kv_get_v_scale(PyObject *op, void *closure) {
+    (void)closure;
+    return cache_get_scales(((KVCacheObject *)op)->c, 1);
+}
+static int kv_set_scale(PyObject *op, PyObject *value, int which) {
+    if (!value) {
+        PyErr_Format(PyExc_AttributeError, "PagedKVCache: %s cannot be deleted", which ? "v_scale" : "k_scale");
+        return -1;
+    }
+    vt_module_state *st = vt_state_from_type(Py_TYPE(op));
+    if (!st) return -1;
+    return cache_set_scales(st, ((KVCacheObject *)op)->c, which ? NULL : value, which ? value : NULL);
+}
+static int kv_set_k_scale(PyObject *op, PyObject *value, void *closure) {
+    (void)closure;
+    return kv_set_scale(op, value, 0);
+}
+static int kv_set_v_scale(PyObject *op, PyObject *value, void *closure) {
+    (void)closure;
+    return kv_set_scale(op, value, 1);
+}
+
+static PyGetSetDef kv_getset[] = {
+    {"num_layers", kv_get_num_layers, NULL, "Number of layers.", NULL},
+    {"num_blocks", kv_get_num_blocks, NULL, "Blocks per layer.", NULL},
+    {"block_size", kv_get_block_size, NULL, "Tokens per block.", NULL},
+    {"num_kv_heads", kv_get_num_kv_heads, NULL, "KV heads (H_kv).", NULL},
+    {"head_size", kv_get_head_size, NULL, "Head size (D).", NULL},
+    {"dtype", kv_get_dtype, NULL, "Storage dtype name from the dtype table ('fp8_e4m3', 'bfloat16', ...).", NULL},
+    {"layout", kv_get_layout, NULL, "'NHD' or 'HND'.", NULL},
+    {"page_bytes", kv_get_page_bytes, NULL, "Bytes of one block over all layers, K and V.", NULL},
+    {"nbytes", kv_get_nbytes, NULL, "Bytes of the allocation (each layer's K and V padded to 64 bytes).", NULL},
+    {"element_size", kv_get_element_size, NULL, "Bytes per stored element.", NULL},
+    {"exports", kv_get_exports, NULL, "Live NumPy views and DLPack exports pinning the storage.", NULL},
+    {"released", kv_get_released, NULL, "True after release().", NULL},
+    {"k_scale", kv_get_k_scale, kv_set_k_scale,
+     "K scales as float32: shape () per tensor, [num_layers], or [num_layers, num_kv_heads]. Settable.", NULL},
+    {"v_scale", kv_get_v_scale, kv_set_v_scale, "V scales, as k_scale.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef kv_methods[] = {
+    {"key_cache", kv_key_cache, METH_O,
+     "key_cache($self, layer, /)\n--\n\nZero-copy view of a layer's K storage ([num_blocks, block_size, H_kv, D] for "
+     "NHD, [num_blocks, H_kv, block_size, D] for HND; uint8 codes for fp8)."},
+    {"value_cache", kv_value_cache, METH_O, "value_cache($self, layer, /)\n--\n\nAs key_cache, for V."},
+    {"store", (PyCFunction)(void (*)(void))kv_store, METH_VARARGS | METH_KEYWORDS,
+     "store($self, /, layer, key, value, slot_mapping, *, num_threads=None)\n--\n\nStore key/value [num_tokens, "
+     "H_kv, D] at slot_mapping (int64; negative skips)."},
+    {"gather", (PyCFunction)(void (*)(void))kv_gather, METH_VARARGS | METH_KEYWORDS,
+     "gather($self, /, layer, slots)\n--\n\nRead slots back as float32 (k, v), each [n, H_kv, D]."},
+    {"release", kv_release, METH_NOARGS,
+     "release($self, /)\n--\n\nFree the storage now; BufferError while a view or DLPack export is alive."},
+    {"_dlpack", (PyCFunction)(void (*)(void))kv_private_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "_dlpack($self, /, layer=None, which=-1, max_version=None)\n--\n\nA DLPack capsule of the cache, a layer "
+     "([2, ...]) or one of its K (which=0) / V (which=1)."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))kv_dunder_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nThe whole cache as "
+     "[num_layers, 2, ...] in the layout's order (uint8 for fp8)."},
+    {"__dlpack_device__", kv_dlpack_device, METH_NOARGS, "__dlpack_device__($self, /)\n--\n\n(1, 0): CPU."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot kv_slots[] = {
+    {Py_tp_new, kv_new},
+    {Py_tp_dealloc, kv_dealloc},
+    {Py_tp_repr, kv_repr},
+    {Py_tp_methods, kv_methods},
+    {Py_tp_getset, kv_getset},
+    {Py_tp_doc, "PagedKVCache(num_layers, num_blocks, block_size, num_kv_heads, head_size, dtype, layout='NHD', "
+                "k_scale=1.0, v_scale=1.0, *, model_dtype=None)\n--\n\nA vLLM-compatible paged KV cache."},
+    {0, NULL},
+};
+
+static PyType_Spec kv_spec = {
+    .name = "vtinfer._C.PagedKVCache",
+    .basicsize = sizeof(KVCacheObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = kv_slots,
+};
+
+/* ------------------------------------------------- functional forms */
+
+/* Parse k_scale / v_scale of the functional forms: one element or [H]. */
+static PyArrayObject *fn_scale(PyObject *obj, const char *fn, const char *arg, int64_t H, int *per_head) {
+    PyArrayObject *a = scale_array(obj, fn, arg);
+    if (!a) return NULL;
+    npy_intp n = PyArray_SIZE(a);
+    if (PyArray_NDIM(a) > 1 || (n != 1 && n != H)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 or num_kv_heads = %lld elements; got %lld", fn, arg,
+                     (long long)H, (long long)n);
+        Py_DECREF(a);
+        return NULL;
+    }
+    *per_head = n != 1;
+    return a;
+}
+
+/* Does a cache tensor's element type fit kv_cache_dtype (given key's dtype
+ * for "auto")? Returns the storage dtype or -1 with TypeError set. */
+static int cache_dtype_for(const char *fn, const char *arg, const vt_tensor *cache, int kv_dtype, vt_elem key_elem) {
+    int want = kv_dtype == VT_DTYPE_AUTO ? (int)key_elem : kv_dtype;
+    const vt_dtype_info *di = vt_dtype_get(want);
+    int ok = di->is_fp8 ? (cache->elem == VT_ELEM_U8 || (int)cache->elem == want) : (int)cache->elem == want;
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must have dtype %s%s for kv_cache_dtype %s; got %s", fn, arg,
+                     di->is_fp8 ? "uint8 or " : "", di->numpy_name,
+                     kv_dtype == VT_DTYPE_AUTO ? "'auto' (key's dtype)" : di->name, cache->dtype_name);
+        return -1;
+    }
+    return want;
+}
+
+static int fill_dst_flash(const char *fn, const char *arg, const vt_tensor *t, int hnd, int64_t D, vt_kv_dst *d) {
+    if (!last_dim_contiguous(t)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have a contiguous last dimension (stride %zu bytes); got %lld", fn,
+                     arg, t->itemsize, (long long)t->strides[3]);
+        return -1;
+    }
+    d->base = t->data;
+    d->stride_block = t->strides[0];
+    d->stride_slot = hnd ? t->strides[2] : t->strides[1];
+    d->stride_head = hnd ? t->strides[1] : t->strides[2];
+    d->stride_chunk = 0;
+    d->chunk = D;
+    return 0;
+}
+
+static PyObject *store_common(PyObject *m, PyObject *args, PyObject *kw, int xsplit) {
+    const char *fn = xsplit ? "reshape_and_cache" : "reshape_and_cache_flash";
+    static char *kwlist_flash[] = {"key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype",
+                                   "k_scale", "v_scale", "layout", "num_threads", NULL};
+    static char *kwlist_x[] = {"key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype",
+                               "k_scale", "v_scale", "num_threads", NULL};
+    vt_module_state *st = vt_state(m);
+    PyObject *k_obj, *v_obj, *kc_obj, *vc_obj, *s_obj, *dt_obj, *ks_obj, *vs_obj, *layout_obj = Py_None,
+                                                                           *nt_obj = Py_None;
+    int ok = xsplit ? PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOO|$O:reshape_and_cache", kwlist_x, &k_obj, &v_obj,
+                                                  &kc_obj, &vc_obj, &s_obj, &dt_obj, &ks_obj, &vs_obj, &nt_obj)
+                    : PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOO|$OO:reshape_and_cache_flash", kwlist_flash,
+                                                  &k_obj, &v_obj, &kc_obj, &vc_obj, &s_obj, &dt_obj, &ks_obj, &vs_obj,
+                                                  &layout_obj, &nt_obj);
+    if (!ok) return NULL;
+    int kv_dtype, nth, hnd = 0;
+    if (parse_dtype_name(dt_obj, fn, "kv_cache_dtype", &kv_dtype) < 0) return NULL;
+    if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
+    if (layout_obj != Py_None) {
+        const char *s = PyUnicode_Check(layout_obj) ? PyUnicode_AsUTF8(layout_obj) : NULL;
+        if (s && strcmp(s, "HND") == 0) hnd = 1;
+        else if (!(s && strcmp(s, "NHD") == 0)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: layout must be None, 'NHD' or 'HND'; got %R", fn, layout_obj);
+            return NULL;
+        }
+    }
+    kv_inputs in;
+    if (pin_kv_inputs(st, fn, k_obj, v_obj, s_obj, -1, -1, &in) < 0) return NULL;
+    const int64_t H = in.key.shape[1], D = in.key.shape[2];
+    vt_tensor kc, vc;
+    memset(&vc, 0, sizeof vc);
+    PyArrayObject *ks = NULL, *vs = NULL;
+    int kph = 0, vph = 0;
+    if (vt_tensor_from_object(st, kc_obj, fn, "key_cache", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &kc) < 0) {
+        kv_inputs_release(&in);
+        return NULL;
+    }
+    if (vt_tensor_from_object(st, vc_obj, fn, "value_cache", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &vc) < 0)
+        goto fail;
+    const unsigned cache_mask = VT_ELEMS_FLOAT | VT_ELEMS_CODES;
+    if (vt_tensor_check(&kc, fn, "key_cache", cache_mask, xsplit ? 5 : 4) < 0 ||
+        vt_tensor_check(&vc, fn, "value_cache", cache_mask, 4) < 0)
+        goto fail;
+    vt_kv_store_params p;
+    memset(&p, 0, sizeof p);
+    int64_t nb, bs;
+    if (!xsplit) {
+        nb = kc.shape[0];
+        bs = hnd ? kc.shape[2] : kc.shape[1];
+        int64_t want[4] = {nb, hnd ? H : bs, hnd ? bs : H, D};
+        for (int w = 0; w < 2; w++) {
+            const vt_tensor *t = w ? &vc : &kc;
+            for (int i = 0; i < 4; i++)
+                if (t->shape[i] != want[i]) {
+                    PyErr_Format(PyExc_ValueError,
+                                 "%s: %s must have shape %s = [%lld, %lld, %lld, %lld] (H_kv and D from key); got "
+                                 "[%lld, %lld, %lld, %lld]",
+                                 fn, w ? "value_cache" : "key_cache",
+                                 hnd ? "[num_blocks, H_kv, block_size, D]" : "[num_blocks, block_size, H_kv, D]",
+                                 (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3],
+                                 (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                                 (long long)t->shape[3]);
+                    goto fail;
+                }
+        }
+    } else {
+        nb = kc.shape[0];
+        bs = kc.shape[3];
+        int64_t x = kc.shape[4];
+        if (x <= 0 || D % x != 0 || kc.shape[1] != H || kc.shape[2] != D / x) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: key_cache must have shape [num_blocks, H_kv=%lld, D/x, block_size, x] with x dividing "
+                         "D=%lld; got [%lld, %lld, %lld, %lld, %lld]",
+                         fn, (long long)H, (long long)D, (long long)kc.shape[0], (long long)kc.shape[1],
+                         (long long)kc.shape[2], (long long)kc.shape[3], (long long)kc.shape[4]);
+            goto fail;
+        }
+        if (vc.shape[0] != nb || vc.shape[1] != H || vc.shape[2] != D || vc.shape[3] != bs) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: value_cache must have shape [num_blocks, H_kv, D, block_size] = [%lld, %lld, %lld, "
+                         "%lld]; got [%lld, %lld, %lld, %lld]",
+                         fn, (long long)nb, (long long)H, (long long)D, (long long)bs, (long long)vc.shape[0],
+                         (long long)vc.shape[1], (long long)vc.shape[2], (long long)vc.shape[3]);
+            goto fail;
+        }
+    }
+    int cdt = cache_dtype_for(fn, "key_cache", &kc, kv_dtype, in.key.elem);
+    if (cdt < 0 || cache_dtype_for(fn, "value_cache", &vc, kv_dtype, in.key.elem) < 0) goto fail;
+    if (vt_dtype_get(cdt)->is_fp8) {
+        if (!(ks = fn_scale(ks_obj, fn, "k_scale", H, &kph)) || !(vs = fn_scale(vs_obj, fn, "v_scale", H, &vph)))
+            goto fail;
+        if (kph != vph) {
+            /* Expand the one-element scale so both index by head. */
+            PyArrayObject **one = kph ? &vs : &ks;
+            npy_intp dims[1] = {(npy_intp)H};
+            PyObject *e = PyArray_SimpleNew(1, dims, NPY_FLOAT32);
+            if (!e) goto fail;
+            float v0 = *(float *)PyArray_DATA(*one);
+            for (int64_t h = 0; h < H; h++) ((float *)PyArray_DATA((PyArrayObject *)e))[h] = v0;
+            Py_DECREF(*one);
+            *one = (PyArrayObject *)e;
+            kph = vph = 1;
+        }
+    }
+    if (!xsplit) {
+        if (fill_dst_flash(fn, "key_cache", &kc, hnd, D, &p.key_cache) < 0 ||
+            fill_dst_flash(fn, "value_cache", &vc, hnd, D, &p.value_cache) < 0)
+            goto fail;
+    } else {
+        if (kc.shape[4] > 1 && kc.strides[4] != (int64_t)kc.itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: key_cache must have a contiguous last dimension", fn);
+            goto fail;
+        }
+        p.key_cache = (vt_kv_dst){kc.data, kc.strides[0], kc.strides[3], kc.strides[1], kc.strides[2], kc.shape[4]};
+        p.value_cache = (vt_kv_dst){vc.data, vc.strides[0], vc.strides[3], vc.strides[1], vc.strides[2], 1};
+    }
+    if (vt_tensor_overlap(&kc, &vc)) {
+        PyErr_Format(PyExc_ValueError, "%s: key_cache and value_cache must not overlap", fn);
+        goto fail;
+    }
+    p.fn = fn;
+    p.key = in.key.data;
+    p.value = in.value.data;
+    p.key_stride_token = in.key.strides[0];
+    p.key_stride_head = in.key.strides[1];
+    p.value_stride_token = in.value.strides[0];
+    p.value_stride_head = in.value.strides[1];
+    p.slot_mapping = in.slots.data;
+    p.num_tokens = in.slots.shape[0];
+    p.num_kv_heads = H;
+    p.head_size = D;
+    p.block_size = bs;
+    p.num_blocks = nb;
+    p.src_dtype = (vt_dtype)in.key.elem;
+    p.cache_dtype = (vt_dtype)cdt;
+    p.k_scale = ks ? PyArray_DATA(ks) : NULL;
+    p.v_scale = vs ? PyArray_DATA(vs) : NULL;
+    p.scale_per_head = kph;
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_kv_store(&p, nth, &err);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(ks);
+    Py_XDECREF(vs);
+    vt_tensor_release(&kc);
+    vt_tensor_release(&vc);
+    kv_inputs_release(&in);
+    if (s != VT_OK) return vt_raise(st, &err);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(ks);
+    Py_XDECREF(vs);
+    vt_tensor_release(&kc);
+    vt_tensor_release(&vc);
+    kv_inputs_release(&in);
+    return NULL;
+}
+
+static PyObject *py_reshape_and_cache_flash(PyObject *m, PyObject *args, PyObject *kw) {
+    return store_common(m, args, kw, 0);
+}
+static PyObject *py_reshape_and_cache(PyObject *m, PyObject *args, PyObject *kw) { return store_common(m, args, kw, 1); }
+
+static PyMethodDef kvcache_functions[] = {
+    {"reshape_and_cache_flash", (PyCFunction)(void (*)(void))py_reshape_and_cache_flash, METH_VARARGS | METH_KEYWORDS,
+     "reshape_and_cache_flash($module, /, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, "
+     "k_scale, v_scale, *, layout=None, num_threads=None)\n--\n\nvLLM's flash-layout store."},
+    {"reshape_and_cache", (PyCFunction)(void (*)(void))py_reshape_and_cache, METH_VARARGS | METH_KEYWORDS,
+     "reshape_and_cache($module, /, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, "
+     "v_scale, *, num_threads=None)\n--\n\nvLLM's x-split paged-layout store."},
+    {NULL, NULL, 0, NULL},
+};
+
+int vt_kvcache_exec(PyObject *m, vt_module_state *st) {
+    PyObject *type = PyType_FromModuleAndSpec(m, &kv_spec, NULL);
+    if (!type) return -1;
+    st->slots[VT_SLOT_KVCACHE_TYPE] = type;
+    if (PyModule_AddObjectRef(m, "PagedKVCache", type) < 0) return -1;
+    return PyModule_AddFunctions(m, kvcache_functions);
+}

@@ -1,0 +1,227 @@
+/* The paged KV cache: geometry with overflow checks, one aligned
+ * allocation, per-layer/per-head scales, and store/gather through the one
+ * store kernel (kv_store.c). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "vt_internal.h"
+#include "vtinfer/kvcache.h"
+
+#define KV_ALIGN ((size_t)64)
+
+static vt_status mul(const char *fn, size_t a, size_t b, size_t *out, vt_error *err) {
+    if (vt_size_mul(a, b, out) != 0 || *out > (size_t)PTRDIFF_MAX)
+        return vt_error_set(err, VT_ERR_OVERFLOW,
+                            "%s: the cache size must fit in 64 bits (num_layers * num_blocks * block_size * "
+                            "num_kv_heads * head_size * element bytes * 2); got a product that overflows",
+                            fn);
+    return VT_OK;
+}
+
+vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_t *kv_bytes, size_t *region_bytes,
+                            size_t *page_bytes, size_t *nbytes, vt_error *err) {
+    if (!fn) fn = "vt_kv_cache_sizes";
+    const struct { const char *name; int64_t v; } dims[5] = {
+        {"num_layers", cfg->num_layers},     {"num_blocks", cfg->num_blocks}, {"block_size", cfg->block_size},
+        {"num_kv_heads", cfg->num_kv_heads}, {"head_size", cfg->head_size},
+    };
+    for (int i = 0; i < 5; i++)
+        if (dims[i].v <= 0)
+            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be > 0; got %lld", fn, dims[i].name,
+                                (long long)dims[i].v);
+    const vt_dtype_info *di = vt_dtype_get(cfg->dtype);
+    if (!di) return vt_error_set(err, VT_ERR_VALUE, "%s: dtype must be a storage dtype; got id %d", fn, (int)cfg->dtype);
+    if (cfg->layout != VT_KV_LAYOUT_NHD && cfg->layout != VT_KV_LAYOUT_HND)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: layout must be 'NHD' or 'HND'; got id %d", fn, (int)cfg->layout);
+    size_t row, blk, kv, page, region, total;
+    vt_status st;
+    if ((st = mul(fn, (size_t)cfg->num_kv_heads, (size_t)cfg->head_size, &row, err)) ||
+        (st = mul(fn, row, di->elem_bytes, &row, err)) || (st = mul(fn, row, (size_t)cfg->block_size, &blk, err)) ||
+        (st = mul(fn, blk, (size_t)cfg->num_blocks, &kv, err)) ||
+        (st = mul(fn, blk, (size_t)cfg->num_layers, &page, err)) || (st = mul(fn, page, 2, &page, err)))
+        return st;
+    if (vt_size_add(kv, KV_ALIGN - 1, &region) != 0) return mul(fn, SIZE_MAX, 2, &region, err);
+    region &= ~(KV_ALIGN - 1);
+    if ((st = mul(fn, region, (size_t)cfg->num_layers, &total, err)) || (st = mul(fn, total, 2, &total, err)))
+        return st;
+    if (kv_bytes) *kv_bytes = kv;
+    if (region_bytes) *region_bytes = region;
+    if (page_bytes) *page_bytes = page;
+    if (nbytes) *nbytes = total;
+    return VT_OK;
+}
+
+vt_status vt_kv_cache_create(const vt_kv_cache_config *cfg, vt_kv_cache **out, vt_error *err) {
+    static const char fn[] = "PagedKVCache";
+    *out = NULL;
+    size_t kv, region, page, total, nscale;
+    vt_status st = vt_kv_cache_sizes(cfg, fn, &kv, &region, &page, &total, err);
+    if (st != VT_OK) return st;
+    if ((st = mul(fn, (size_t)cfg->num_layers, (size_t)cfg->num_kv_heads, &nscale, err))) return st;
+    vt_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return vt_error_set(err, VT_ERR_NOMEM, "%s: memory must be available; got an allocation failure", fn);
+    c->cfg = *cfg;
+    c->elem_bytes = vt_dtype_get(cfg->dtype)->elem_bytes;
+    c->kv_bytes = kv;
+    c->region_bytes = region;
+    c->page_bytes = page;
+    c->nbytes = total;
+    c->k_scale_mode = c->v_scale_mode = VT_KV_SCALE_TENSOR;
+    c->k_scale = malloc(nscale * sizeof(float));
+    c->v_scale = malloc(nscale * sizeof(float));
+    /* total is a multiple of KV_ALIGN, as C11 aligned_alloc requires. */
+    void *data = (c->k_scale && c->v_scale) ? aligned_alloc(KV_ALIGN, total) : NULL;
+    if (!data) {
+        vt_kv_cache_free(c);
+        return vt_error_set(err, VT_ERR_NOMEM, "%s: %zu bytes must be available for the cache; got an allocation "
+                            "failure", fn, total);
+    }
+    memset(data, 0, total);
+    c->data = data;
+    for (size_t i = 0; i < nscale; i++) c->k_scale[i] = c->v_scale[i] = 1.0f;
+    *out = c;
+    return VT_OK;
+}
+
+void vt_kv_cache_release(vt_kv_cache *c) {
+    if (!c) return;
+    free(c->data);
+    c->data = NULL;
+}
+
+void vt_kv_cache_free(vt_kv_cache *c) {
+    if (!c) return;
+    free(c->data);
+    free(c->k_scale);
+    free(c->v_scale);
+    free(c);
+}
+
+vt_status vt_kv_cache_set_scales(vt_kv_cache *c, vt_kv_scale_mode k_mode, const float *k,
+                                 vt_kv_scale_mode v_mode, const float *v, vt_error *err) {
+    static const char fn[] = "PagedKVCache";
+    const int64_t L = c->cfg.num_layers, H = c->cfg.num_kv_heads;
+    const float *src[2] = {k, v};
+    const vt_kv_scale_mode mode[2] = {k_mode, v_mode};
+    static const char *const names[2] = {"k_scale", "v_scale"};
+    for (int s = 0; s < 2; s++) {
+        if (!src[s]) continue;
+        int64_t n = mode[s] == VT_KV_SCALE_TENSOR ? 1
+                    : mode[s] == VT_KV_SCALE_LAYER ? L
+                    : mode[s] == VT_KV_SCALE_HEAD  ? L * H
+                                                   : -1;
+        if (n < 0)
+            return vt_error_set(err, VT_ERR_VALUE, "%s: %s mode must be 0, 1 or 2; got %d", fn, names[s], (int)mode[s]);
+        for (int64_t i = 0; i < n; i++)
+            if (!vt_scale_ok(src[s][i]))
+                return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g at flat index %lld", fn,
+                                    names[s], (double)src[s][i], (long long)i);
+    }
+    float *dst[2] = {c->k_scale, c->v_scale};
+    vt_kv_scale_mode *mode_out[2] = {&c->k_scale_mode, &c->v_scale_mode};
+    for (int s = 0; s < 2; s++) {
+        if (!src[s]) continue;
+        for (int64_t l = 0; l < L; l++)
+            for (int64_t h = 0; h < H; h++)
+                dst[s][l * H + h] = mode[s] == VT_KV_SCALE_TENSOR ? src[s][0]
+                                    : mode[s] == VT_KV_SCALE_LAYER ? src[s][l]
+                                                                    : src[s][l * H + h];
+        *mode_out[s] = mode[s];
+    }
+    return VT_OK;
+}
+
+void *vt_kv_cache_layer_data(const vt_kv_cache *c, int64_t layer, int which) {
+    if (!c || !c->data || layer < 0 || layer >= c->cfg.num_layers || (which != 0 && which != 1)) return NULL;
+    return c->data + ((size_t)layer * 2 + (size_t)which) * c->region_bytes;
+}
+
+/* Destination strides of a layer's K or V storage in the cache's layout. */
+static vt_kv_dst layer_dst(const vt_kv_cache *c, int64_t layer, int which) {
+    const int64_t bs = c->cfg.block_size, H = c->cfg.num_kv_heads, D = c->cfg.head_size;
+    const int64_t es = (int64_t)c->elem_bytes;
+    vt_kv_dst d;
+    d.base = vt_kv_cache_layer_data(c, layer, which);
+    d.stride_block = bs * H * D * es;
+    if (c->cfg.layout == VT_KV_LAYOUT_NHD) {
+        d.stride_slot = H * D * es;
+        d.stride_head = D * es;
+    } else {
+        d.stride_slot = D * es;
+        d.stride_head = bs * D * es;
+    }
+    d.stride_chunk = 0;
+    d.chunk = D;
+    return d;
+}
+
+static vt_status check_layer(const vt_kv_cache *c, const char *fn, int64_t layer, vt_error *err) {
+    if (!c->data)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: the cache must hold storage; got a released cache", fn);
+    if (layer < 0 || layer >= c->cfg.num_layers)
+        return vt_error_set(err, VT_ERR_INDEX, "%s: layer must be in [0, %lld); got %lld", fn,
+                            (long long)c->cfg.num_layers, (long long)layer);
+    return VT_OK;
+}
+
+vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const void *key, int64_t key_stride_token,
+                            int64_t key_stride_head, const void *value, int64_t value_stride_token,
+                            int64_t value_stride_head, vt_dtype src_dtype, const int64_t *slot_mapping,
+                            int64_t num_tokens, int num_threads, vt_error *err) {
+    static const char fn[] = "PagedKVCache.store";
+    vt_status st = check_layer(c, fn, layer, err);
+    if (st != VT_OK) return st;
+    vt_kv_store_params p;
+    memset(&p, 0, sizeof p);
+    p.fn = fn;
+    p.key = key;
+    p.value = value;
+    p.key_stride_token = key_stride_token;
+    p.key_stride_head = key_stride_head;
+    p.value_stride_token = value_stride_token;
+    p.value_stride_head = value_stride_head;
+    p.key_cache = layer_dst(c, layer, 0);
+    p.value_cache = layer_dst(c, layer, 1);
+    p.slot_mapping = slot_mapping;
+    p.num_tokens = num_tokens;
+    p.num_kv_heads = c->cfg.num_kv_heads;
+    p.head_size = c->cfg.head_size;
+    p.block_size = c->cfg.block_size;
+    p.num_blocks = c->cfg.num_blocks;
+    p.src_dtype = src_dtype;
+    p.cache_dtype = c->cfg.dtype;
+    p.k_scale = c->k_scale + layer * c->cfg.num_kv_heads;
+    p.v_scale = c->v_scale + layer * c->cfg.num_kv_heads;
+    p.scale_per_head = 1;
+    return vt_kv_store(&p, num_threads, err);
+}
+
+vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t *slots, int64_t n, float *k_out,
+                             float *v_out, vt_error *err) {
+    static const char fn[] = "PagedKVCache.gather";
+    vt_status st = check_layer(c, fn, layer, err);
+    if (st != VT_OK) return st;
+    const int64_t bs = c->cfg.block_size, H = c->cfg.num_kv_heads, D = c->cfg.head_size;
+    const int64_t limit = bs * c->cfg.num_blocks; /* fits: the allocation exists */
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= limit)
+            return vt_error_set(err, VT_ERR_INDEX, "%s: slots[%lld] must be in [0, %lld); got %lld", fn, (long long)i,
+                                (long long)limit, (long long)slots[i]);
+    const vt_codec_kernels *k = vt_codec_active();
+    const int f = vt_fp8_index(c->cfg.dtype);
+    for (int which = 0; which < 2; which++) {
+        vt_kv_dst d = layer_dst(c, layer, which);
+        const float *scales = (which ? c->v_scale : c->k_scale) + layer * H;
+        float *out = which ? v_out : k_out;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t b = slots[i] / bs, o = slots[i] % bs;
+            for (int64_t h = 0; h < H; h++) {
+                const char *src = (const char *)d.base + b * d.stride_block + o * d.stride_slot + h * d.stride_head;
+                float *dst = out + (i * H + h) * D;
+                if (f >= 0) k->dequant[f][VT_DTYPE_F32]((const uint8_t *)src, dst, (size_t)D, scales[h]);
+                else k->convert[c->cfg.dtype][VT_DTYPE_F32](src, dst, (size_t)D);
+            }
+        }
+    }
+    return VT_OK;
+}

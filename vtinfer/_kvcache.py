@@ -1,0 +1,212 @@
+"""The paged KV cache and vLLM's store functions: thin wrappers over the C core.
+
+One store kernel (``csrc/core/kv_store.c``) serves :meth:`PagedKVCache.store`,
+:func:`reshape_and_cache_flash` and :func:`reshape_and_cache`. It checks every
+argument and every slot before it writes a byte, so a refused call leaves the
+caches unchanged, and it converts each head row with the codec row kernels, so
+fp8 codes equal :func:`vtinfer.fp8_quantize` of the same row and scale, bit for
+bit.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import numpy as np
+
+from vtinfer import _C
+
+__all__ = ["KVLayer", "PagedKVCache", "reshape_and_cache", "reshape_and_cache_flash"]
+
+
+class KVLayer:
+    """One layer of a :class:`PagedKVCache`: K and V views and a DLPack export.
+
+    ``torch.from_dlpack(layer)`` sees ``[2, num_blocks, block_size, H_kv, D]``
+    (NHD; ``[2, num_blocks, H_kv, block_size, D]`` for HND), K first, the same
+    memory as the cache (uint8 for fp8 caches), as vLLM's FlashAttention
+    backend lays out one layer's ``kv_cache``.
+    """
+
+    def __init__(self, cache: PagedKVCache, layer: int) -> None:
+        if not isinstance(layer, int) or not 0 <= layer < cache.num_layers:
+            raise IndexError(f"PagedKVCache.layer: layer must be in [0, {cache.num_layers}); got {layer!r}")
+        self.cache = cache
+        self.index = layer
+
+    @property
+    def key(self) -> np.ndarray:
+        """Zero-copy view of this layer's K storage."""
+        return self.cache.key_cache(self.index)
+
+    @property
+    def value(self) -> np.ndarray:
+        """Zero-copy view of this layer's V storage."""
+        return self.cache.value_cache(self.index)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
+        if copy:
+            raise BufferError("KVLayer.__dlpack__: copy must be None or False; got True")
+        return self.cache._dlpack(self.index, -1, max_version)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    def __repr__(self) -> str:
+        return f"KVLayer({self.index} of {self.cache!r})"
+
+
+class PagedKVCache(_C.PagedKVCache):
+    """A vLLM-compatible paged KV cache in CPU memory.
+
+    Parameters
+    ----------
+    num_layers, num_blocks, block_size, num_kv_heads, head_size : int
+        Geometry, each > 0. Sizes are computed in 64 bits; a product that
+        overflows raises ValueError.
+    dtype : str
+        A storage dtype of the dtype table: ``"float32"``, ``"float16"``,
+        ``"bfloat16"``, ``"fp8"``/``"fp8_e4m3"``, ``"fp8_e5m2"`` (or their
+        NumPy names), or ``"auto"`` with ``model_dtype=``.
+    layout : {"NHD", "HND"}
+        ``NHD`` stores each layer's K (and V) as ``[num_blocks, block_size,
+        H_kv, D]`` (vLLM's default); ``HND`` as ``[num_blocks, H_kv,
+        block_size, D]``.
+    k_scale, v_scale : float or array_like
+        fp8 scales: a number, one per layer (``[num_layers]``) or one per
+        layer and KV head (``[num_layers, num_kv_heads]``); finite and > 0
+        (ValueError otherwise). Stored as float32; readable and settable as
+        arrays through the attributes of the same names. Plain dtypes ignore
+        them.
+    model_dtype : str, optional
+        The model's dtype, required when ``dtype="auto"``.
+
+    Notes
+    -----
+    The storage is one 64-byte aligned, zero-filled allocation; each layer's
+    K and V start on a 64-byte boundary. ``page_bytes`` (one block over all
+    layers, K and V) is linear in the element size: an fp8 page is exactly
+    half a bfloat16 page. While a view from :meth:`key_cache`,
+    :meth:`value_cache` or a DLPack export is alive, :meth:`release` raises
+    BufferError, as ``array.array`` does when resized under a view.
+    """
+
+    def layer(self, layer: int) -> KVLayer:
+        """One layer as an object with ``.key``, ``.value`` and ``__dlpack__``."""
+        return KVLayer(self, layer)
+
+    def store(self, layer: int, key: Any, value: Any, slot_mapping: Any, *, num_threads: int | None = None) -> None:
+        """Store tokens into one layer (vLLM's ``reshape_and_cache_flash`` semantics).
+
+        Parameters
+        ----------
+        layer : int
+            In ``[0, num_layers)`` (IndexError otherwise).
+        key, value : array_like, shape (num_tokens, num_kv_heads, head_size)
+            float32, float16 or bfloat16, both the same dtype; any strides
+            with a contiguous last dimension (a NumPy array without one is
+            copied; a DLPack tensor without one is refused).
+        slot_mapping : array_like of int64, shape (n,)
+            ``n <= num_tokens``; token ``t`` goes to block ``slot // block_size``
+            at offset ``slot % block_size``; a negative slot skips the token;
+            a slot ``>= num_blocks * block_size`` raises IndexError naming the
+            token and nothing is written. When two tokens name one slot the
+            later token's values are kept.
+        num_threads : int, optional
+            Threads to use; default ``VTINFER_NUM_THREADS`` or the CPU affinity.
+        """
+        return super().store(layer, key, value, slot_mapping, num_threads=num_threads)
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("dtype", self.dtype),
+            ("layout", self.layout),
+            ("layers x blocks x block_size", f"{self.num_layers} x {self.num_blocks} x {self.block_size}"),
+            ("KV heads x head size", f"{self.num_kv_heads} x {self.head_size}"),
+            ("page bytes", f"{self.page_bytes:,}"),
+            ("total bytes", f"{self.nbytes:,}"),
+            ("k_scale", np.array2string(self.k_scale, threshold=16)),
+            ("v_scale", np.array2string(self.v_scale, threshold=16)),
+        ]
+        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+        return f"<table><caption>PagedKVCache</caption>{body}</table>"
+
+
+def reshape_and_cache_flash(
+    key: Any,
+    value: Any,
+    key_cache: Any,
+    value_cache: Any,
+    slot_mapping: Any,
+    kv_cache_dtype: str,
+    k_scale: Any,
+    v_scale: Any,
+    *,
+    layout: str | None = None,
+    num_threads: int | None = None,
+) -> None:
+    """vLLM's ``reshape_and_cache_flash`` on caller-owned arrays, same argument order.
+
+    Parameters
+    ----------
+    key, value : array_like, shape (num_tokens, H_kv, D)
+        float32, float16 or bfloat16, the same dtype; stride(0) is honoured
+        (the last dimension must be contiguous; a NumPy array without one is
+        copied).
+    key_cache, value_cache : ndarray or DLPack tensor, shape (num_blocks, block_size, H_kv, D)
+        Written in place, never copied. Any strides with a contiguous last
+        dimension, so vLLM's HND tensors (this shape with permuted strides)
+        work as they are. With ``layout="HND"`` the shape is instead
+        ``(num_blocks, H_kv, block_size, D)``. dtype: key's dtype for
+        ``"auto"``, the named dtype for ``"float32"``/``"float16"``/
+        ``"bfloat16"``, uint8 or the matching ml_dtypes float8 for fp8.
+    slot_mapping : array_like of int64, shape (n,)
+        ``n <= num_tokens`` tokens are stored; a negative slot skips its
+        token; a slot past the cache raises IndexError and nothing is
+        written. Duplicate slots: the later token wins.
+    kv_cache_dtype : str
+        ``"auto"``, ``"float16"``, ``"bfloat16"``, ``"float32"``,
+        ``"fp8"``/``"fp8_e4m3"`` (e4m3fn), ``"fp8_e5m2"``.
+    k_scale, v_scale : float or array_like
+        One element or ``[H_kv]`` (per-head scales); used by fp8 caches only,
+        where ``code = encode(x / scale)`` (vLLM's CUDA semantics).
+    layout : {None, "NHD", "HND"}
+        How to read the caches' shape (not in vLLM's signature).
+    num_threads : int, optional
+        Threads to use.
+    """
+    _C.reshape_and_cache_flash(
+        key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
+        layout=layout, num_threads=num_threads,
+    )
+
+
+def reshape_and_cache(
+    key: Any,
+    value: Any,
+    key_cache: Any,
+    value_cache: Any,
+    slot_mapping: Any,
+    kv_cache_dtype: str,
+    k_scale: Any,
+    v_scale: Any,
+    *,
+    num_threads: int | None = None,
+) -> None:
+    """vLLM's ``reshape_and_cache`` for the x-split paged layout.
+
+    Parameters
+    ----------
+    key, value : array_like, shape (num_tokens, H_kv, D)
+        As in :func:`reshape_and_cache_flash`.
+    key_cache : ndarray or DLPack tensor, shape (num_blocks, H_kv, D // x, block_size, x)
+        ``x`` is read from the shape (vLLM uses ``16 // element_size``); its
+        last dimension must be contiguous.
+    value_cache : ndarray or DLPack tensor, shape (num_blocks, H_kv, D, block_size)
+    slot_mapping, kv_cache_dtype, k_scale, v_scale, num_threads
+        As in :func:`reshape_and_cache_flash`.
+    """
+    _C.reshape_and_cache(
+        key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, num_threads=num_threads
+    )
