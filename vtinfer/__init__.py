@@ -15,6 +15,8 @@ from vtinfer import _C
 from vtinfer._C import ConfigError, VtinferError
 from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
 from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, DtypeInfo, dtype_info
+from vtinfer._kvcache import KVLayer, PagedKVCache, reshape_and_cache, reshape_and_cache_flash
+from vtinfer.blocks import BlockAllocator
 
 __version__ = "0.1.0"
 
@@ -36,6 +38,9 @@ def build_info() -> dict[str, Any]:
 
 
 __all__ = [
+    "BlockAllocator",
+    "KVLayer",
+    "PagedKVCache",
     "ConfigError",
     "DTYPES",
     "DtypeInfo",
@@ -47,4 +52,6 @@ __all__ = [
     "dtype_info",
     "fp8_dequantize",
     "fp8_quantize",
+    "reshape_and_cache",
+    "reshape_and_cache_flash",
 ]
