@@ -118,5 +118,6 @@ int vt_num_threads_arg(PyObject *value, const char *fn);
 int vt_info_exec(PyObject *m, vt_module_state *st);
 int vt_codec_exec(PyObject *m, vt_module_state *st);
 int vt_kvcache_exec(PyObject *m, vt_module_state *st);
+int vt_resolver_exec(PyObject *m, vt_module_state *st);
 
 #endif /* VTINFER_BINDING_H */
