@@ -13,6 +13,7 @@ from typing import Any
 
 from vtinfer import _C
 from vtinfer._C import ConfigError, VtinferError
+from vtinfer._attention import flash_attn_varlen_func
 from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
 from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, DtypeInfo, dtype_info
 from vtinfer._kvcache import KVLayer, PagedKVCache, reshape_and_cache, reshape_and_cache_flash
@@ -50,6 +51,7 @@ __all__ = [
     "build_info",
     "convert",
     "dtype_info",
+    "flash_attn_varlen_func",
     "fp8_dequantize",
     "fp8_quantize",
     "reshape_and_cache",

@@ -117,6 +117,7 @@ int vt_num_threads_arg(PyObject *value, const char *fn);
  * with an exception set. */
 int vt_info_exec(PyObject *m, vt_module_state *st);
 int vt_codec_exec(PyObject *m, vt_module_state *st);
+int vt_attention_exec(PyObject *m, vt_module_state *st);
 int vt_kvcache_exec(PyObject *m, vt_module_state *st);
 int vt_resolver_exec(PyObject *m, vt_module_state *st);
 

@@ -1,0 +1,66 @@
+/* Internal declarations of the attention kernels (csrc/core/attention.c,
+ * attn_ref.c, attn_avx512.c, attn_avx2.c); not installed. */
+#ifndef VTINFER_ATTN_INTERNAL_H
+#define VTINFER_ATTN_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "vt_internal.h"
+#include "vtinfer/attention.h"
+
+/* Most queries in one tile (a tile holds at most max(16, G) rows). */
+#define VT_ATTN_QT_MAX 16
+
+/* One unit of work: the rows (query x head of one KV-head group) of a query
+ * tile against the keys [kb, ke) of one sequence. Row r is query q0 + r / G
+ * (within the sequence) and head g * G + r % G. */
+typedef struct vt_attn_item {
+    int b, g;
+    int64_t q0, nq;    /* queries [q0, q0 + nq) of the sequence */
+    int64_t kb, ke;    /* keys [kb, ke) */
+    int64_t q_len, k_len, q_tok0; /* q_tok0: cu_seqlens_q[b] */
+    float logit_mul;   /* softmax_scale * k_descale[b, g] */
+} vt_attn_item;
+
+/* A tile kernel writes, for each of the it->nq * G rows, the running max m,
+ * the sum l of e^{s - m} and acc = sum e^{s - m} V (true decoded units, no
+ * v_descale), over the visible keys of [kb, ke); a row with no visible key
+ * gets m = -inf, l = 0, acc = 0. `work` holds vt_attn_work_floats floats. */
+typedef void (*vt_attn_tile_fn)(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                                float *acc);
+
+/* Floats of per-thread work any tile kernel may use for `rows` rows. */
+static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
+    return rows * head_size + rows * 64 + 4 * head_size + 256;
+}
+
+void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                         float *acc);
+#if VT_X86
+void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                         float *acc);
+void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                       float *acc);
+#endif
+
+/* Address of the K (or V) row of key j (sequence position) of KV head g. */
+static inline const uint8_t *vt_attn_row(const vt_attn_params *p, const void *base, int64_t sb, int64_t st,
+                                         int64_t sh, int b, int g, int64_t j) {
+    int64_t page = p->block_table[(int64_t)b * p->bt_stride + j / p->block_size];
+    int64_t off = j % p->block_size;
+    return (const uint8_t *)base + page * sb + off * st + (int64_t)g * sh;
+}
+
+/* Visible key range [*lo, *hi) of the query at key position pos. */
+static inline void vt_attn_key_range(const vt_attn_params *p, int64_t pos, int64_t k_len, int64_t *lo,
+                                     int64_t *hi) {
+    int64_t a = 0, z = k_len;
+    if (p->window_left >= 0 && pos - p->window_left > a) a = pos - p->window_left;
+    if (p->causal && pos + 1 < z) z = pos + 1;
+    if (p->window_right >= 0 && pos + p->window_right + 1 < z) z = pos + p->window_right + 1;
+    *lo = a;
+    *hi = z > a ? z : a;
+}
+
+#endif /* VTINFER_ATTN_INTERNAL_H */

@@ -1,0 +1,82 @@
+/* Scalar reference twin of the attention tile kernel: one key at a time,
+ * online softmax in float32, K/V decoded exactly (fp8 by the 256-entry
+ * table, bf16 by a shift). Always compiled; the SIMD tiles are tested
+ * against it and against the float64 oracle in tests/numerics. */
+#include "attn_internal.h"
+
+/* Decode n elements of a cache row to float32 (exact). */
+static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
+    switch (dt) {
+    case VT_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case VT_DTYPE_F16:
+        for (int i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = vt_f16_to_f32(h);
+        }
+        break;
+    case VT_DTYPE_BF16:
+        for (int i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = vt_bf16_to_f32(h);
+        }
+        break;
+    default: {
+        const float *t = vt_fp8_decode_table(dt);
+        for (int i = 0; i < n; i++) dst[i] = t[src[i]];
+    }
+    }
+}
+
+void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                         float *acc) {
+    const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
+    const int64_t rows = it->nq * G;
+    float *qf = work, *kf = work + rows * D, *vf = kf + D;
+    int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX]; /* per query of the tile */
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t qi = r / G;
+        int h = it->g * G + (int)(r % G);
+        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + qi) * p->q_stride_tok +
+                             (int64_t)h * p->q_stride_head;
+        load_row(p->q_dtype, src, qf + r * D, D);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int d = 0; d < D; d++) acc[r * D + d] = 0.0f;
+    }
+    const int64_t base = it->k_len - it->q_len;
+    for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
+    const float cap = p->softcap;
+    for (int64_t j = it->kb; j < it->ke; j++) {
+        load_row(p->kv_dtype, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, it->g, j),
+                 kf, D);
+        load_row(p->kv_dtype, vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, it->g, j),
+                 vf, D);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t qi = r / G;
+            if (j < lo[qi] || j >= hi[qi]) continue;
+            const float *qr = qf + r * D;
+            float s = 0.0f;
+            for (int d = 0; d < D; d++) s += qr[d] * kf[d];
+            s *= it->logit_mul;
+            if (cap > 0.0f) s = cap * tanhf(s / cap);
+            if (p->alibi_slopes) {
+                int64_t dist = j - (base + it->q0 + qi);
+                s -= p->alibi_slopes[it->g * G + (int)(r % G)] * (float)(dist < 0 ? -dist : dist);
+            }
+            float pj;
+            if (s > m[r]) {
+                float alpha = expf(m[r] - s);
+                l[r] *= alpha;
+                for (int d = 0; d < D; d++) acc[r * D + d] *= alpha;
+                m[r] = s;
+                pj = 1.0f;
+            } else {
+                pj = expf(s - m[r]);
+            }
+            l[r] += pj;
+            for (int d = 0; d < D; d++) acc[r * D + d] += pj * vf[d];
+        }
+    }
+}
