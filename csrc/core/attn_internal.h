@@ -32,7 +32,7 @@ typedef void (*vt_attn_tile_fn)(const vt_attn_params *p, const vt_attn_item *it,
 
 /* Floats of per-thread work any tile kernel may use for `rows` rows. */
 static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
-    return rows * head_size + rows * 64 + 4 * head_size + 256;
+    return rows * head_size + rows * 64 + 32 * (head_size + 16) + 256;
 }
 
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
@@ -40,8 +40,6 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
 #if VT_X86
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
-void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                       float *acc);
 #endif
 
 /* Address of the K (or V) row of key j (sequence position) of KV head g. */

@@ -121,3 +121,26 @@ def test_empty_rows_non_causal(isa):
     out, lse = run(args, kw)
     assert (out[:2] == 0).all() and np.isneginf(lse[:, :2]).all()
     check_close(out, lse, args, kw, what="empty rows")
+
+
+@pytest.mark.parametrize("kv", ["bfloat16", "fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("heads", GQA, ids=lambda x: f"H{x[0]}kv{x[1]}")
+def test_simd_equals_scalar_twin(kv, heads):
+    """Each SIMD variant against the scalar twin, by the same 2x rule."""
+    from tests.conftest import available_isas, forced_isa
+    from tests.numerics.test_attention_oracle import attention_ref
+
+    fp8 = kv.startswith("fp8")
+    args = make_case(np.random.default_rng(77), q_lens=[1, 20, 1], k_lens=[600, 40, 33], H=heads[0], Hkv=heads[1],
+                     D=128, block_size=16, q_dtype="bfloat16", kv_cache_dtype=kv if fp8 else "auto",
+                     kv_float="float32" if fp8 else kv)
+    kw = {"kv_cache_dtype": kv if fp8 else "auto", "softcap": 5.0}
+    with forced_isa("scalar"):
+        twin, _ = run(args, kw)
+    ref, _ = attention_ref(*args, **kw)
+    naive, _ = attention_ref(*args, **kw, dt=np.float32)
+    bound = 2 * np.abs(naive.astype(np.float64) - ref).max() + 16 * 2.0**-24 * np.abs(ref).max()
+    for name in available_isas()[1:]:
+        with forced_isa(name):
+            fast, _ = run(args, kw)
+        assert np.abs(fast.astype(np.float64) - twin.astype(np.float64)).max() <= 2 * bound, name
