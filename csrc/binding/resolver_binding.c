@@ -2,7 +2,7 @@
  *
  *   _C.json_loads(text: bytes, name: str | None = None, *, max_depth=0, max_bytes=0) -> object
  *   _C.resolve_kv_cache_dtype(kv_cache_dtype: str, config: bytes | str,
- *                             hf_quant_config: bytes | str | None = None) -> dict
+ *                             hf_quant_config: bytes | str | None = None, *, layers=True) -> dict
  *   _C.vllm_kv_cache_dtypes() -> tuple[str, ...]
  *
  * `config` / `hf_quant_config` are document text (bytes) or a file path
@@ -124,10 +124,12 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 }
 
 static PyObject *py_resolve(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"kv_cache_dtype", "config", "hf_quant_config", NULL};
+    static char *kwlist[] = {"kv_cache_dtype", "config", "hf_quant_config", "layers", NULL};
+    int layers = 1;
     const char *fn = "resolve_kv_cache_dtype";
     PyObject *flag, *config, *hq = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:resolve_kv_cache_dtype", kwlist, &flag, &config, &hq))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$p:resolve_kv_cache_dtype", kwlist, &flag, &config, &hq,
+                                     &layers))
         return NULL;
     if (!PyUnicode_Check(flag)) {
         PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be a str; got %s", fn, Py_TYPE(flag)->tp_name);
@@ -153,7 +155,8 @@ static PyObject *py_resolve(PyObject *m, PyObject *args, PyObject *kw) {
     vt_resolution r;
     vt_error err;
     vt_error_clear(&err);
-    vt_status s = vt_resolve_kv_cache_dtype(fl, cfg, hqd, &r, &err);
+    vt_status s = layers ? vt_resolve_kv_cache_dtype(fl, cfg, hqd, &r, &err)
+                         : vt_resolve_kv_cache_dtype_string(fl, cfg, hqd, &r, &err);
     PyObject *d = NULL;
     if (s != VT_OK) {
         vt_raise(st, &err);
@@ -222,7 +225,7 @@ static PyMethodDef resolver_methods[] = {
     {"json_loads", (PyCFunction)(void (*)(void))py_json_loads, METH_VARARGS | METH_KEYWORDS,
      "json_loads(text, name=None, *, max_depth=0, max_bytes=0)\n--\n\nParse JSON bytes with vtinfer's C reader."},
     {"resolve_kv_cache_dtype", (PyCFunction)(void (*)(void))py_resolve, METH_VARARGS | METH_KEYWORDS,
-     "resolve_kv_cache_dtype(kv_cache_dtype, config, hf_quant_config=None)\n--\n\n"
+     "resolve_kv_cache_dtype(kv_cache_dtype, config, hf_quant_config=None, *, layers=True)\n--\n\n"
      "Resolve a --kv-cache-dtype flag against config.json (bytes or path) as vLLM does."},
     {"vllm_kv_cache_dtypes", py_vllm_dtypes, METH_NOARGS,
      "vllm_kv_cache_dtypes()\n--\n\nvLLM's accepted --kv-cache-dtype values (pinned release)."},

@@ -344,8 +344,8 @@ static vt_status kv_algo_string(vt_json *quant_cfg, vt_resolution *r, const char
     return VT_OK;
 }
 
-vt_status vt_resolve_kv_cache_dtype(const char *kv_cache_dtype, vt_json_doc *config, vt_json_doc *hf_quant,
-                                    vt_resolution *out, vt_error *err) {
+static vt_status resolve(const char *kv_cache_dtype, vt_json_doc *config, vt_json_doc *hf_quant, int layers,
+                         vt_resolution *out, vt_error *err) {
     const char *fn = "resolve_kv_cache_dtype";
     if (!kv_cache_dtype || !config || !out)
         return vt_error_set(err, VT_ERR_VALUE, "%s: arguments must be non-NULL; got NULL", fn);
@@ -418,6 +418,12 @@ vt_status vt_resolve_kv_cache_dtype(const char *kv_cache_dtype, vt_json_doc *con
     copy_name(r.vllm_cache_dtype, resolved, strlen(resolved));
     copy_name(r.cache_dtype, resolved, strlen(resolved));
 
+    if (!layers) {
+        r.dtype = VT_DTYPE_AUTO;
+        *out = r;
+        return VT_OK;
+    }
+
     /* Attention.__init__: the compressed-tensors per-layer rule */
     int is_ct = r.has_quant_config && !strcmp(r.quant_method, "compressed-tensors");
     vt_json *scheme = is_ct ? vt_json_get(qc, "kv_cache_scheme") : NULL;
@@ -481,4 +487,14 @@ vt_status vt_resolve_kv_cache_dtype(const char *kv_cache_dtype, vt_json_doc *con
     }
     *out = r;
     return VT_OK;
+}
+
+vt_status vt_resolve_kv_cache_dtype(const char *kv_cache_dtype, vt_json_doc *config, vt_json_doc *hf_quant,
+                                    vt_resolution *out, vt_error *err) {
+    return resolve(kv_cache_dtype, config, hf_quant, 1, out, err);
+}
+
+vt_status vt_resolve_kv_cache_dtype_string(const char *kv_cache_dtype, vt_json_doc *config, vt_json_doc *hf_quant,
+                                           vt_resolution *out, vt_error *err) {
+    return resolve(kv_cache_dtype, config, hf_quant, 0, out, err);
 }

@@ -90,6 +90,14 @@ VT_API const char *vt_vllm_kv_cache_dtype(size_t i);
 VT_API vt_status vt_resolve_kv_cache_dtype(const char *kv_cache_dtype, vt_json_doc *config, vt_json_doc *hf_quant,
                                            vt_resolution *out, vt_error *err);
 
+/* Steps 1-3 only (what vLLM's resolve_kv_cache_dtype_string returns after
+ * normalization, with no per-layer rule): out->vllm_cache_dtype is the
+ * answer; cache_dtype equals it, dtype is VT_DTYPE_AUTO and the per-layer
+ * fields are 0. Same statuses as above except the per-layer ones. Used by
+ * the differential tests. */
+VT_API vt_status vt_resolve_kv_cache_dtype_string(const char *kv_cache_dtype, vt_json_doc *config,
+                                                  vt_json_doc *hf_quant, vt_resolution *out, vt_error *err);
+
 /* 1 when config's top-level quantization_config is missing or null, i.e.
  * when vLLM would open hf_quant_config.json (if it exists). */
 VT_API int vt_resolver_wants_hf_quant_config(const vt_json_doc *config);

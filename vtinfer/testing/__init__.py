@@ -1,0 +1,1 @@
+"""Helpers for differential tests against upstream vLLM (see :mod:`vtinfer.testing.upstream`)."""

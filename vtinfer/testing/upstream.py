@@ -1,0 +1,310 @@
+"""Upstream vLLM's own Python functions, extracted from its source with ``ast``.
+
+vLLM is never imported and none of its files are committed: the source is
+read from (in this order) a tree named by ``VTINFER_VLLM_SOURCE`` (a folder
+holding ``vllm/``, or the ``vllm`` package folder itself), an installed
+``vllm`` distribution found without importing it, or the pinned wheel
+fetched with ``pip download --no-deps vllm==<VLLM_PIN>`` into a cache folder
+(``VTINFER_CACHE_DIR``, default ``~/.cache/vtinfer/vllm``) and read with
+:mod:`zipfile`. Named functions are pulled out with :mod:`ast` and executed
+with small stubs (a logger, the tables they read).
+
+Use in your own pytest files::
+
+    from vtinfer.testing import upstream
+    src = upstream.locate()                 # or upstream.locate_or_skip() in a fixture
+    fns = upstream.resolver_functions(src)
+    fns.resolve("auto", {"quantization_config": {...}})
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import types
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+#: The one place the vLLM release vtinfer mirrors is pinned.
+VLLM_PIN = "0.33.0"
+
+# Where each mirrored function lives inside the vllm package.
+F_CONVERTOR = "vllm/transformers_utils/model_arch_config_convertor.py"
+F_TORCH_UTILS = "vllm/utils/torch_utils.py"
+F_CONFIG = "vllm/transformers_utils/config.py"
+F_WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"
+F_CACHE = "vllm/config/cache.py"
+F_KV_CACHE = "vllm/model_executor/layers/quantization/kv_cache.py"
+
+
+class UpstreamUnavailable(RuntimeError):
+    """vLLM's source could not be located or fetched (the reason is the message)."""
+
+
+class Source:
+    """Read-only access to ``vllm/...`` files of one vLLM release."""
+
+    def __init__(self, origin: str, reader: Callable[[str], str], version: str | None) -> None:
+        self.origin = origin
+        self.version = version
+        self._reader = reader
+        self._cache: dict[str, str] = {}
+
+    def read(self, relpath: str) -> str:
+        """The text of ``relpath`` (``"vllm/utils/torch_utils.py"``)."""
+        if relpath not in self._cache:
+            self._cache[relpath] = self._reader(relpath)
+        return self._cache[relpath]
+
+    def __repr__(self) -> str:
+        return f"Source({self.origin!r}, version={self.version!r})"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("VTINFER_CACHE_DIR", Path.home() / ".cache" / "vtinfer" / "vllm"))
+
+
+def _from_tree(root: Path) -> Source:
+    base = root if (root / "vllm").is_dir() else root.parent
+    if not (base / "vllm").is_dir():
+        raise UpstreamUnavailable(f"VTINFER_VLLM_SOURCE={root} holds no vllm/ package")
+    return Source(str(base), lambda rel: (base / rel).read_text(encoding="utf-8"), None)
+
+
+def _from_wheel(path: Path) -> Source:
+    zf = zipfile.ZipFile(path)
+    return Source(str(path), lambda rel: zf.read(rel).decode("utf-8"), VLLM_PIN)
+
+
+def wheel_path(download: bool = True) -> Path:
+    """The pinned wheel in the cache folder, fetched with pip when missing."""
+    d = cache_dir()
+    found = sorted(d.glob(f"vllm-{VLLM_PIN}-*.whl")) if d.is_dir() else []
+    if found:
+        return found[0]
+    if not download:
+        raise UpstreamUnavailable(f"no vllm-{VLLM_PIN} wheel in {d}")
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"vllm=={VLLM_PIN}", "-d", str(d)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(d.glob(f"vllm-{VLLM_PIN}-*.whl"))
+    if proc.returncode != 0 or not found:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UpstreamUnavailable(f"`{' '.join(cmd)}` failed: {tail[0]}")
+    return found[0]
+
+
+def locate(download: bool = True) -> Source:
+    """Find vLLM's source (see the module docstring for the order).
+
+    Raises
+    ------
+    UpstreamUnavailable
+        With the reason, when no source is found and the download fails.
+    """
+    env = os.environ.get("VTINFER_VLLM_SOURCE")
+    if env:
+        return _from_tree(Path(env))
+    spec = importlib.util.find_spec("vllm")  # locates a top-level package without running it
+    if spec is not None and spec.submodule_search_locations:
+        try:
+            version = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        if version == VLLM_PIN:
+            return _from_tree(Path(list(spec.submodule_search_locations)[0]))
+    return _from_wheel(wheel_path(download))
+
+
+# ---- extraction ---------------------------------------------------------------
+
+
+def find_node(tree: ast.Module, qualname: str) -> ast.AST:
+    """The def / class / assignment named ``qualname`` (``"Cls.method"``)."""
+    parts = qualname.split(".")
+    body = tree.body
+    node: ast.AST | None = None
+    for i, part in enumerate(parts):
+        node = None
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part:
+                node = n
+            elif isinstance(n, (ast.Assign, ast.AnnAssign)) and i == len(parts) - 1:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if any(isinstance(t, ast.Name) and t.id == part for t in targets):
+                    node = n
+        if node is None:
+            raise LookupError(f"{qualname} not found")
+        body = getattr(node, "body", [])
+    assert node is not None
+    return node
+
+
+class _Logger:
+    """Stub for vLLM's logger: records what would be logged."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str]] = []
+
+    def _log(self, level: str, msg: str, *args: Any, **_: Any) -> None:
+        self.records.append((level, msg % args if args else msg))
+
+    def warning(self, msg: str, *a: Any, **k: Any) -> None:
+        self._log("warning", msg, *a, **k)
+
+    warning_once = warning
+
+    def info(self, msg: str, *a: Any, **k: Any) -> None:
+        self._log("info", msg, *a, **k)
+
+    info_once = info
+
+    def debug(self, msg: str, *a: Any, **k: Any) -> None:
+        self._log("debug", msg, *a, **k)
+
+    debug_once = debug
+
+
+def extract(source_text: str, names: list[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Compile the named top-level functions / assignments (or methods, as
+    plain functions, with ``"Cls.method"``) of ``source_text`` into one
+    namespace and return it. ``namespace`` supplies the stubs."""
+    tree = ast.parse(source_text)
+    ns: dict[str, Any] = {"__name__": "vtinfer_upstream", "Any": Any}
+    ns.update(namespace or {})
+    for q in names:
+        node = find_node(tree, q)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.decorator_list = []  # staticmethod/classmethod and friends
+            node.returns = None
+            for a in node.args.args + node.args.kwonlyargs:
+                a.annotation = None
+        mod = ast.Module(body=[node], type_ignores=[])
+        exec(compile(mod, f"<vllm {q}>", "exec"), ns)
+        if "." in q:
+            ns[q] = ns.pop(q.split(".")[-1])
+    return ns
+
+
+def cache_dtype_literal(src: Source) -> list[str]:
+    """The values of ``CacheDType`` (vLLM's accepted --kv-cache-dtype)."""
+    node = find_node(ast.parse(src.read(F_CACHE)), "CacheDType")
+    assert isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript)
+    sl = node.value.slice
+    elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+    return [ast.literal_eval(e) for e in elts]
+
+
+GET_CONFIG_SNIPPETS = (
+    'quantization_config = config_dict.get("quantization_config", None)',
+    "if quantization_config is None and file_or_path_exists(",
+    '"hf_quant_config.json", model, revision',
+    "config.quantization_config = quantization_config",
+    'scale_fmt = quantization_config.get("scale_fmt", None)',
+)
+
+
+@dataclass
+class ResolverFunctions:
+    """vLLM's resolver chain, extracted; see :func:`resolver_functions`."""
+
+    normalize: Callable[..., Any]
+    kv_algo_string: Callable[..., Any]
+    resolve_string: Callable[..., Any]
+    logger: _Logger
+    kv_cache_dtypes: list[str] = field(default_factory=list)
+
+    def resolve(self, kv_cache_dtype: str, config: dict, hf_quant_config: Any = None, *, has_hf_quant: bool = False) -> str:
+        """vLLM's answer for ``config`` (a config.json dict, mutated in place
+        as vLLM mutates it) and an optional hf_quant_config.json document.
+
+        Mirrors get_config's inline-vs-file block (whose lines are checked
+        against the pinned source by :func:`resolver_functions`), then
+        ``get_quantization_config`` (normalize, text_config fallback), then
+        ``resolve_kv_cache_dtype_string``.
+        """
+        hf = types.SimpleNamespace()
+        for k, v in config.items():
+            setattr(hf, k, v)
+        qc = config.get("quantization_config", None)
+        if qc is None and has_hf_quant:
+            qc = hf_quant_config
+        if qc is not None:
+            hf.quantization_config = qc
+            qc.get("scale_fmt", None)
+        q = self.normalize(None, hf)
+        text = getattr(hf, "text_config", None)
+        if q is None and text:
+            if isinstance(text, dict):
+                t = types.SimpleNamespace()
+                for k, v in text.items():
+                    setattr(t, k, v)
+                text = t
+            self.normalize(None, text)
+        return self.resolve_string(kv_cache_dtype, types.SimpleNamespace(hf_config=hf))
+
+
+def resolver_functions(src: Source) -> ResolverFunctions:
+    """Extract ``_normalize_quantization_config``,
+    ``get_kv_cache_quant_algo_string`` and ``resolve_kv_cache_dtype_string``
+    (plus the table they read) from ``src``."""
+    cfg_text = src.read(F_CONFIG)
+    missing = [s for s in GET_CONFIG_SNIPPETS if s not in cfg_text]
+    if missing:
+        raise UpstreamUnavailable(f"get_config changed upstream; lines not found: {missing}")
+    logger = _Logger()
+    conv = extract(src.read(F_CONVERTOR), ["ModelArchConfigConvertorBase._normalize_quantization_config"],
+                   {"logger": logger})
+    tu = extract(src.read(F_TORCH_UTILS),
+                 ["MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP", "get_kv_cache_quant_algo_string",
+                  "resolve_kv_cache_dtype_string"],
+                 {"logger": logger, "ModelConfig": object})
+    return ResolverFunctions(
+        normalize=conv["ModelArchConfigConvertorBase._normalize_quantization_config"],
+        kv_algo_string=tu["get_kv_cache_quant_algo_string"],
+        resolve_string=tu["resolve_kv_cache_dtype_string"],
+        logger=logger,
+        kv_cache_dtypes=cache_dtype_literal(src),
+    )
+
+
+def remap_function(src: Source) -> tuple[Callable[[str, dict], str | None], _Logger]:
+    """Extract ``maybe_remap_kv_scale_name`` (its ``import regex as re`` is
+    served by the standard :mod:`re`, which accepts the patterns used)."""
+    logger = _Logger()
+    real_import = __import__
+
+    def _import(name: str, *a: Any, **k: Any) -> Any:
+        return re if name == "regex" else real_import(name, *a, **k)
+
+    import builtins
+
+    b = dict(vars(builtins))
+    b["__import__"] = _import
+    ns = extract(src.read(F_WEIGHT_UTILS), ["maybe_remap_kv_scale_name"], {"logger": logger, "__builtins__": b})
+    return ns["maybe_remap_kv_scale_name"], logger
+
+
+def require() -> bool:
+    """True when a missing upstream must fail (``VTINFER_REQUIRE_UPSTREAM=1``, set by CI)."""
+    return os.environ.get("VTINFER_REQUIRE_UPSTREAM", "") not in ("", "0")
+
+
+def locate_or_skip() -> Source:
+    """For pytest fixtures: the source, or a skip with the reason (a failure
+    when ``VTINFER_REQUIRE_UPSTREAM=1``)."""
+    import pytest
+
+    try:
+        return locate()
+    except UpstreamUnavailable as e:
+        if require():
+            pytest.fail(f"vLLM {VLLM_PIN} source required (VTINFER_REQUIRE_UPSTREAM=1): {e}")
+        pytest.skip(f"vLLM {VLLM_PIN} source unavailable: {e}")
