@@ -8,6 +8,8 @@
  */
 #include "vt_binding.h"
 
+#include <string.h>
+
 #ifndef VTINFER_CUDA_BUILT
 #define VTINFER_CUDA_BUILT 0
 #endif
@@ -108,7 +110,52 @@ static PyObject *py_isa(PyObject *m, PyObject *unused) {
     return PyUnicode_FromString(vt_isa_name(vt_isa_active()));
 }
 
+/* _C._bench_copy(dst, src, num_threads): memcpy of src's bytes into dst,
+ * split over threads like the codecs split their work. The benchmarks'
+ * same-run bandwidth reference; not public API. */
+typedef struct copy_job { char *dst; const char *src; size_t n; } copy_job;
+
+static void copy_task(void *ctx, int ith, int nth) {
+    const copy_job *j = ctx;
+    size_t b, e;
+    vt_split_range(j->n, 4096, ith, nth, &b, &e);
+    if (b < e) memcpy(j->dst + b, j->src + b, e - b);
+}
+
+static PyObject *py_bench_copy(PyObject *m, PyObject *args) {
+    PyObject *dst_obj, *src_obj, *nt_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O:_bench_copy", &dst_obj, &src_obj, &nt_obj)) return NULL;
+    vt_module_state *st = vt_state(m);
+    int nth = vt_num_threads_arg(nt_obj, "_bench_copy");
+    if (nth < 0) return NULL;
+    vt_tensor d, s;
+    if (vt_tensor_from_object(st, dst_obj, "_bench_copy", "dst", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &d) < 0)
+        return NULL;
+    if (vt_tensor_from_object(st, src_obj, "_bench_copy", "src", VT_TENSOR_NO_CONVERT, &s) < 0) {
+        vt_tensor_release(&d);
+        return NULL;
+    }
+    int64_t dn = vt_tensor_numel(&d, "_bench_copy", "dst"), sn = vt_tensor_numel(&s, "_bench_copy", "src");
+    if (dn < 0 || sn < 0 || !vt_tensor_is_contiguous(&d) || !vt_tensor_is_contiguous(&s) ||
+        (size_t)dn * d.itemsize < (size_t)sn * s.itemsize || vt_tensor_overlap(&d, &s)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "_bench_copy: dst and src must be contiguous, disjoint, dst large enough");
+        vt_tensor_release(&d);
+        vt_tensor_release(&s);
+        return NULL;
+    }
+    copy_job j = {d.data, s.data, (size_t)sn * s.itemsize};
+    Py_BEGIN_ALLOW_THREADS
+    vt_parallel_for(copy_task, &j, nth);
+    Py_END_ALLOW_THREADS
+    vt_tensor_release(&d);
+    vt_tensor_release(&s);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef info_methods[] = {
+    {"_bench_copy", py_bench_copy, METH_VARARGS,
+     "_bench_copy($module, dst, src, num_threads=None, /)\n--\n\nThreaded memcpy of src into dst (benchmarks only)."},
     {"build_info", py_build_info, METH_NOARGS,
      "build_info($module, /)\n--\n\nVersion, ISA chosen, CPU features, compiler, whether the CUDA arm was built."},
     {"dtype_table", py_dtype_table, METH_NOARGS, "dtype_table($module, /)\n--\n\nThe C dtype table, one dict per dtype."},

@@ -106,20 +106,58 @@ T static inline __m256 dec_e5m2(const uint8_t *p) {
 /* The scalar twins handle the last n % 8 elements. */
 static vt_codec_kernels scalar;
 
-#define QUANT(NAME, LD, ES, ENC, S, F)                                                   \
+/* x / scale as a true float32 division at the cost of a multiply; see
+ * divide() in codec_avx512.c for why this is exact. */
+typedef struct div_plan {
+    __m256 scale, inv;
+    int pow2, fast, drop;
+    int min_normal, safe_tiny;
+} div_plan;
+
+T static inline div_plan plan_division(float scale, int mbits, int emin) {
+    div_plan p;
+    uint32_t b = vt_f32_bits(scale), e = (b >> 23) & 0xFFu;
+    p.scale = _mm256_set1_ps(scale);
+    p.inv = _mm256_set1_ps(1.0f / scale);
+    p.pow2 = (b & 0x7FFFFFu) == 0 && e >= 1 && e <= 253;
+    p.fast = e >= 2 && e <= 252;
+    p.drop = 23 - mbits;
+    p.min_normal = (127 + emin) << 23;
+    p.safe_tiny = (127 + emin - mbits - 3) << 23;
+    return p;
+}
+
+T static inline __m256 divide(__m256 x, const div_plan *p) {
+    if (!p->fast && !p->pow2) return _mm256_div_ps(x, p->scale);
+    __m256 q = _mm256_mul_ps(x, p->inv);
+    if (p->pow2) return q;
+    __m256i a = _mm256_and_si256(_mm256_castps_si256(q), _mm256_set1_epi32(0x7FFFFFFF));
+    __m256i low = _mm256_and_si256(a, _mm256_set1_epi32((1 << p->drop) - 1));
+    __m256i dist = _mm256_abs_epi32(_mm256_sub_epi32(low, _mm256_set1_epi32(1 << (p->drop - 1))));
+    __m256i near_mid = _mm256_cmpgt_epi32(_mm256_set1_epi32(9), dist);
+    __m256i normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(p->min_normal - 1));
+    __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000), a);
+    __m256i tiny_ok = _mm256_cmpgt_epi32(_mm256_set1_epi32(p->safe_tiny), a);
+    __m256i danger = _mm256_or_si256(_mm256_and_si256(_mm256_and_si256(near_mid, normal), finite),
+                                     _mm256_andnot_si256(_mm256_or_si256(normal, tiny_ok), _mm256_set1_epi32(-1)));
+    if (_mm256_testz_si256(danger, danger)) return q;
+    return _mm256_div_ps(x, p->scale);
+}
+
+#define QUANT(NAME, LD, ES, ENC, S, F, MBITS, EMIN)                                      \
     T static void NAME(const void *src, uint8_t *dst, size_t n, float scale) {           \
-        const __m256 s = _mm256_set1_ps(scale);                                          \
+        const div_plan p = plan_division(scale, MBITS, EMIN);                            \
         size_t i = 0;                                                                    \
         for (; i + 8 <= n; i += 8)                                                       \
-            st_codes(dst + i, ENC(_mm256_div_ps(LD((const char *)src + i * (ES)), s)));  \
+            st_codes(dst + i, ENC(divide(LD((const char *)src + i * (ES)), &p)));        \
         if (i < n) scalar.quant[S][F]((const char *)src + i * (ES), dst + i, n - i, scale); \
     }
-QUANT(q_f32_e4m3, ld_f32, 4, enc_e4m3, VT_DTYPE_F32, 0)
-QUANT(q_f16_e4m3, ld_f16, 2, enc_e4m3, VT_DTYPE_F16, 0)
-QUANT(q_bf16_e4m3, ld_bf16, 2, enc_e4m3, VT_DTYPE_BF16, 0)
-QUANT(q_f32_e5m2, ld_f32, 4, enc_e5m2, VT_DTYPE_F32, 1)
-QUANT(q_f16_e5m2, ld_f16, 2, enc_e5m2, VT_DTYPE_F16, 1)
-QUANT(q_bf16_e5m2, ld_bf16, 2, enc_e5m2, VT_DTYPE_BF16, 1)
+QUANT(q_f32_e4m3, ld_f32, 4, enc_e4m3, VT_DTYPE_F32, 0, 3, -6)
+QUANT(q_f16_e4m3, ld_f16, 2, enc_e4m3, VT_DTYPE_F16, 0, 3, -6)
+QUANT(q_bf16_e4m3, ld_bf16, 2, enc_e4m3, VT_DTYPE_BF16, 0, 3, -6)
+QUANT(q_f32_e5m2, ld_f32, 4, enc_e5m2, VT_DTYPE_F32, 1, 2, -14)
+QUANT(q_f16_e5m2, ld_f16, 2, enc_e5m2, VT_DTYPE_F16, 1, 2, -14)
+QUANT(q_bf16_e5m2, ld_bf16, 2, enc_e5m2, VT_DTYPE_BF16, 1, 2, -14)
 
 #define DEQUANT(NAME, DEC, ST, ES, F, D)                                          \
     T static void NAME(const uint8_t *src, void *dst, size_t n, float scale) {    \

@@ -103,21 +103,67 @@ static inline __mmask16 tail_mask(size_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-#define QUANT(NAME, LD, ES, ENC)                                                           \
+/* x / scale, exactly as a true float32 division, at the cost of a multiply.
+ *
+ * For a power-of-two scale, x * (1/scale) is the same correctly rounded
+ * value as x / scale (1/scale is exact). Otherwise q = x * RN(1/scale) is
+ * within 3 ulps of RN(x / scale); the fp8 code can only differ when q lies
+ * within a few ulps of a point where the code changes: a midpoint of the
+ * fp8 grid (its dropped mantissa bits near one half), or anywhere in the
+ * subnormal range. Vectors with such a lane are divided for real. */
+typedef struct div_plan {
+    __m512 scale, inv;
+    int pow2;
+    int fast;             /* 1/scale is a normal float32 with a normal reciprocal error */
+    int drop;             /* mantissa bits dropped to reach the fp8 grid */
+    uint32_t min_normal;  /* float32 bits of the smallest normal fp8 value */
+    uint32_t safe_tiny;   /* below this magnitude every path gives code 0 */
+} div_plan;
+
+T static inline div_plan plan_division(float scale, int mbits, int emin) {
+    div_plan p;
+    uint32_t b = vt_f32_bits(scale);
+    uint32_t e = (b >> 23) & 0xFFu;
+    p.scale = _mm512_set1_ps(scale);
+    p.inv = _mm512_set1_ps(1.0f / scale);
+    p.pow2 = (b & 0x7FFFFFu) == 0 && e >= 1 && e <= 253;
+    p.fast = e >= 2 && e <= 252;
+    p.drop = 23 - mbits;
+    p.min_normal = (uint32_t)(127 + emin) << 23;
+    p.safe_tiny = (uint32_t)(127 + emin - mbits - 3) << 23;
+    return p;
+}
+
+T static inline __m512 divide(__m512 x, const div_plan *p) {
+    if (!p->fast && !p->pow2) return _mm512_div_ps(x, p->scale);
+    __m512 q = _mm512_mul_ps(x, p->inv);
+    if (p->pow2) return q;
+    __m512i a = _mm512_and_si512(_mm512_castps_si512(q), _mm512_set1_epi32(0x7FFFFFFF));
+    __m512i low = _mm512_and_si512(a, _mm512_set1_epi32((1 << p->drop) - 1));
+    __m512i dist = _mm512_abs_epi32(_mm512_sub_epi32(low, _mm512_set1_epi32(1 << (p->drop - 1))));
+    __mmask16 near_mid = _mm512_cmple_epu32_mask(dist, _mm512_set1_epi32(8));
+    __mmask16 normal = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32((int)p->min_normal));
+    __mmask16 finite = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x7F800000));
+    __mmask16 sub = _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32((int)p->safe_tiny)) & ~normal;
+    if (((near_mid & normal & finite) | sub) == 0) return q;
+    return _mm512_div_ps(x, p->scale);
+}
+
+#define QUANT(NAME, LD, ES, ENC, MBITS, EMIN)                                              \
     T static void NAME(const void *src, uint8_t *dst, size_t n, float scale) {             \
-        const __m512 s = _mm512_set1_ps(scale);                                            \
+        const div_plan p = plan_division(scale, MBITS, EMIN);                              \
         for (size_t i = 0; i < n; i += 16) {                                               \
             __mmask16 m = tail_mask(n - i);                                                \
-            __m128i c = ENC(_mm512_div_ps(LD((const char *)src + i * (ES), m), s));       \
+            __m128i c = ENC(divide(LD((const char *)src + i * (ES), m), &p));              \
             _mm_mask_storeu_epi8(dst + i, m, c);                                           \
         }                                                                                  \
     }
-QUANT(q_f32_e4m3, ld_f32, 4, enc_e4m3)
-QUANT(q_f16_e4m3, ld_f16, 2, enc_e4m3)
-QUANT(q_bf16_e4m3, ld_bf16, 2, enc_e4m3)
-QUANT(q_f32_e5m2, ld_f32, 4, enc_e5m2)
-QUANT(q_f16_e5m2, ld_f16, 2, enc_e5m2)
-QUANT(q_bf16_e5m2, ld_bf16, 2, enc_e5m2)
+QUANT(q_f32_e4m3, ld_f32, 4, enc_e4m3, 3, -6)
+QUANT(q_f16_e4m3, ld_f16, 2, enc_e4m3, 3, -6)
+QUANT(q_bf16_e4m3, ld_bf16, 2, enc_e4m3, 3, -6)
+QUANT(q_f32_e5m2, ld_f32, 4, enc_e5m2, 2, -14)
+QUANT(q_f16_e5m2, ld_f16, 2, enc_e5m2, 2, -14)
+QUANT(q_bf16_e5m2, ld_bf16, 2, enc_e5m2, 2, -14)
 
 #define DEQUANT(NAME, DEC, ST, ES)                                                     \
     T static void NAME(const uint8_t *src, void *dst, size_t n, float scale) {         \

@@ -91,7 +91,8 @@ static uint16_t ref_bf16(float x) {
 /* ---- the sweep ---- */
 
 #define BLOCK 65536u
-typedef struct sweep_arg { uint64_t begin, end, step; int with_ref; } sweep_arg;
+/* scales[0] must be 1.0: the reference check runs at that scale. */
+typedef struct sweep_arg { uint64_t begin, end, step; int with_ref; const float *scales; int nscales; } sweep_arg;
 
 static int isa_count;
 static vt_codec_kernels isa_kernels[3];
@@ -106,21 +107,25 @@ static void *sweep(void *p) {
         for (uint64_t i = base; i < a->end && n < BLOCK; i += a->step) x[n++] = bits_f32((uint32_t)i);
         for (int f = 0; f < 2; f++) {
             const ref_fmt *rf = f ? &REF_E5M2 : &REF_E4M3;
-            isa_kernels[0].quant[VT_DTYPE_F32][f](x, c0, n, 1.0f);
-            for (size_t i = 0; i < n; i++) {
-                uint8_t s = f ? vt_fp8_e5m2_from_f32(x[i]) : vt_fp8_e4m3_from_f32(x[i]);
-                CHECK(c0[i] == s, "row kernel vs scalar fmt %d x=0x%08x", f, f32_bits(x[i]));
-                if (a->with_ref) {
-                    uint8_t r = ref_encode(rf, x[i]);
-                    CHECK(s == r, "scalar vs reference fmt %d x=0x%08x (%.9g): got 0x%02x want 0x%02x", f,
-                          f32_bits(x[i]), (double)x[i], s, r);
+            for (int si = 0; si < a->nscales; si++) {
+                float scale = a->scales[si];
+                isa_kernels[0].quant[VT_DTYPE_F32][f](x, c0, n, scale);
+                for (size_t i = 0; i < n; i++) {
+                    float v = x[i] / scale;
+                    uint8_t s = f ? vt_fp8_e5m2_from_f32(v) : vt_fp8_e4m3_from_f32(v);
+                    CHECK(c0[i] == s, "row kernel vs scalar fmt %d x=0x%08x", f, f32_bits(x[i]));
+                    if (a->with_ref && si == 0) {
+                        uint8_t r = ref_encode(rf, x[i]);
+                        CHECK(s == r, "scalar vs reference fmt %d x=0x%08x (%.9g): got 0x%02x want 0x%02x", f,
+                              f32_bits(x[i]), (double)x[i], s, r);
+                    }
                 }
-            }
-            for (int k = 1; k < isa_count; k++) {
-                isa_kernels[k].quant[VT_DTYPE_F32][f](x, c1, n, 1.0f);
-                for (size_t i = 0; i < n; i++)
-                    CHECK(c1[i] == c0[i], "isa %d vs scalar fmt %d x=0x%08x: 0x%02x vs 0x%02x", k, f,
-                          f32_bits(x[i]), c1[i], c0[i]);
+                for (int k = 1; k < isa_count; k++) {
+                    isa_kernels[k].quant[VT_DTYPE_F32][f](x, c1, n, scale);
+                    for (size_t i = 0; i < n; i++)
+                        CHECK(c1[i] == c0[i], "isa %d vs scalar fmt %d scale %a x=0x%08x: 0x%02x vs 0x%02x", k, f,
+                              (double)scale, f32_bits(x[i]), c1[i], c0[i]);
+                }
             }
         }
         for (int d = VT_DTYPE_F16; d <= VT_DTYPE_BF16; d++) {
@@ -147,6 +152,13 @@ static void *sweep(void *p) {
     return NULL;
 }
 
+/* Non-unit scales exercise the SIMD division shortcut (multiply by the
+ * reciprocal, divide for real near fp8 rounding boundaries): a power of
+ * two, ordinary values, and scales whose reciprocal is not a normal
+ * float32 (always divided). */
+static const float SCALES_FULL[] = {1.0f, 0.37f};
+static const float SCALES_QUICK[] = {1.0f, 0.37f, 3.1f, 0x1p-7f, 448.0f / 3.0f, 1e-30f, 3e38f, 1.7e-38f, 0x1.fffffep-1f};
+
 static void run_sweep(int full) {
     uint64_t step = full ? 1 : 4099; /* a prime stride touches every exponent and mantissa pattern */
     enum { NT = 2 };
@@ -159,6 +171,8 @@ static void run_sweep(int full) {
         args[i].end = i == NT - 1 ? total : per * (uint64_t)(i + 1);
         args[i].step = step;
         args[i].with_ref = 1;
+        args[i].scales = full ? SCALES_FULL : SCALES_QUICK;
+        args[i].nscales = full ? (int)(sizeof SCALES_FULL / sizeof(float)) : (int)(sizeof SCALES_QUICK / sizeof(float));
         pthread_create(&t[i], NULL, sweep, &args[i]);
     }
     for (int i = 0; i < NT; i++) pthread_join(t[i], NULL);
@@ -229,7 +243,8 @@ static void test_half_sources(void) {
     uint8_t *c0 = malloc(65536), *c1 = malloc(65536);
     float *f0 = malloc(65536 * 4), *f1 = malloc(65536 * 4);
     for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
-    const float scales[] = {1.0f, 0.5f, 3.0f, 0.1f};
+    const float scales[] = {1.0f, 0.5f, 3.0f, 0.1f, 0.37f, 1e-30f, 3e38f, 1.7e-38f, 1e-45f};
+    const size_t nscales = sizeof scales / sizeof scales[0];
     for (int src = VT_DTYPE_F16; src <= VT_DTYPE_BF16; src++) {
         isa_kernels[0].convert[src][VT_DTYPE_F32](h, f0, 65536);
         for (uint32_t i = 0; i < 65536; i++) {
@@ -246,7 +261,7 @@ static void test_half_sources(void) {
             CHECK(memcmp(f0, f1, 65536 * 4) == 0, "widen isa %d dtype %d", k, src);
         }
         for (int f = 0; f < 2; f++)
-            for (size_t si = 0; si < 4; si++) {
+            for (size_t si = 0; si < nscales; si++) {
                 isa_kernels[0].quant[src][f](h, c0, 65536, scales[si]);
                 for (uint32_t i = 0; i < 65536; i++) {
                     float v = f0[i] / scales[si];

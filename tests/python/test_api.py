@@ -1,0 +1,71 @@
+"""The package surface: build_info, the dtype lists, VTINFER_ISA, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import vtinfer as vt
+from tests.conftest import available_isas
+
+
+def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_build_info_fields():
+    info = vt.build_info()
+    assert info["version"] == vt.__version__
+    assert info["isa"] in ("scalar", "avx2", "avx512")
+    assert info["isa_best"] == available_isas()[-1]
+    assert isinstance(info["cpu_features"], dict) and "avx2" in info["cpu_features"]
+    assert info["compiler"]
+    assert info["cuda_built"] in (True, False) and "CUDA arm" in info["cuda"]
+
+
+def test_dtype_lists_come_from_the_table():
+    names = [d.name for d in vt.DTYPES]
+    assert names == ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+    assert vt.FP8_DTYPES == ("fp8_e4m3", "fp8_e5m2")
+    assert vt.dtype_info("fp8").name == "fp8_e4m3" and vt.dtype_info("half").name == "float16"
+    assert vt.dtype_info("fp8_e4m3").numpy_dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    # an fp8 page is exactly half a bfloat16 page: element bytes are linear
+    assert vt.dtype_info("bfloat16").elem_bytes == 2 * vt.dtype_info("fp8_e5m2").elem_bytes
+    with pytest.raises(ValueError, match="dtype_info: name must be one of"):
+        vt.dtype_info("auto")
+
+
+@pytest.mark.parametrize("isa", available_isas())
+def test_vtinfer_isa_lowers_the_choice(isa):
+    r = run_py("import vtinfer; print(vtinfer.build_info()['isa'])", VTINFER_ISA=isa)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == isa
+
+
+def test_vtinfer_isa_unknown_value_is_refused_at_import():
+    r = run_py("import vtinfer", VTINFER_ISA="sse9")
+    assert r.returncode != 0
+    assert "VTINFER_ISA must be scalar, avx2 or avx512; got 'sse9'" in r.stderr
+
+
+def test_set_isa_refuses_unknown_names():
+    with pytest.raises(ValueError, match="set_isa: isa must be"):
+        vt._C.set_isa("mmx")
+    with pytest.raises(TypeError, match="set_isa: isa must be a str"):
+        vt._C.set_isa(2)
+
+
+def test_cli_info_json_and_module_entry_point():
+    r = subprocess.run([sys.executable, "-m", "vtinfer", "info", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["isa"] in ("scalar", "avx2", "avx512")
+    r = subprocess.run([sys.executable, "-m", "vtinfer", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage: vtinfer" in r.stdout
