@@ -155,8 +155,13 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                 continue;
             }
             float mn = bm > m[r] ? bm : m[r];
-            float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
-            __m512 e = _mm512_maskz_mov_ps(vis, exp16(_mm512_sub_ps(s, _mm512_set1_ps(mn))));
+            float alpha = m[r] - mn < -60.0f ? 0.0f : expf(m[r] - mn); /* m = -inf: 0 */
+            /* Weights below e^-60 are flushed to 0: their share of the sum is
+             * < 1e-21 of it, and their products with V would be subnormal
+             * (a microcode assist on every FMA). */
+            __m512 x = _mm512_sub_ps(s, _mm512_set1_ps(mn));
+            vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_GE_OQ);
+            __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
             l[r] = l[r] * alpha + _mm512_reduce_add_ps(e);
             m[r] = mn;
             _mm512_storeu_ps(pr, e);
