@@ -1,0 +1,202 @@
+/* KV cache and store tests in plain C (no Python).
+ *
+ *  1. vt_kv_store under every ISA the CPU has (scalar twin, AVX2, AVX-512)
+ *     against a reference written here: a loop of the scalar codecs
+ *     (vt_fp8_*_from_f32(x / scale), vt_bf16/f16_from_f32) scattered by
+ *     slot, for the flash layout and vLLM's x-split layout (chunk 8 and 1);
+ *  2. refusals write nothing: a bad slot after good ones, a bad scale;
+ *  3. geometry: zero sizes, 64-bit overflow, page bytes linear in element size;
+ *  4. the cache: store/gather round trip, set_scales refusal leaves scales. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vtinfer/kvcache.h"
+#include "vtinfer/vtinfer.h"
+
+static int failures;
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            if (failures < 20) {                                     \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                fprintf(stderr, __VA_ARGS__);                        \
+                fputc('\n', stderr);                                 \
+            }                                                        \
+            failures++;                                              \
+        }                                                            \
+    } while (0)
+
+enum { T = 37, H = 3, D = 64, BS = 5, NB = 11 };
+
+static uint32_t rng_state = 12345u;
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return ((float)(rng_state >> 8) / 16777216.0f - 0.5f) * 40.0f;
+}
+
+/* Reference encode of one element of the cache dtype from float32. */
+static void ref_put(vt_dtype cd, float x, float scale, unsigned char *dst) {
+    if (cd == VT_DTYPE_FP8_E4M3) *dst = vt_fp8_e4m3_from_f32(x / scale);
+    else if (cd == VT_DTYPE_FP8_E5M2) *dst = vt_fp8_e5m2_from_f32(x / scale);
+    else if (cd == VT_DTYPE_BF16) { uint16_t h = vt_bf16_from_f32(x); memcpy(dst, &h, 2); }
+    else if (cd == VT_DTYPE_F16) { uint16_t h = vt_f16_from_f32(x); memcpy(dst, &h, 2); }
+    else memcpy(dst, &x, 4);
+}
+
+/* layout 0: NHD flash; 1: HND flash; 2: x-split key (chunk x) / value (chunk 1). */
+static void dst_for(int layout, int which, size_t es, int64_t x, unsigned char *base, vt_kv_dst *d) {
+    const int64_t e = (int64_t)es;
+    d->base = base;
+    if (layout == 0) *d = (vt_kv_dst){base, BS * H * D * e, H * D * e, D * e, 0, D};
+    else if (layout == 1) *d = (vt_kv_dst){base, BS * H * D * e, D * e, BS * D * e, 0, D};
+    else if (which == 0) /* [NB, H, D/x, BS, x] */
+        *d = (vt_kv_dst){base, H * D * BS * e, x * e, D * BS * e, BS * x * e, x};
+    else /* [NB, H, D, BS] */
+        *d = (vt_kv_dst){base, H * D * BS * e, e, D * BS * e, BS * e, 1};
+}
+
+static size_t offset_of(const vt_kv_dst *d, int64_t slot, int64_t h, int64_t dd, size_t es) {
+    int64_t b = slot / BS, o = slot % BS;
+    return (size_t)(b * d->stride_block + o * d->stride_slot + h * d->stride_head + (dd / d->chunk) * d->stride_chunk +
+                    (dd % d->chunk) * (int64_t)es);
+}
+
+static void test_store_against_reference(void) {
+    static float key[T][H][D], value[T][H][D];
+    int64_t slots[T];
+    for (int t = 0; t < T; t++) {
+        slots[t] = (t * 7 + 3) % (NB * BS);
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < D; d++) key[t][h][d] = frand(), value[t][h][d] = frand();
+    }
+    slots[5] = -1;
+    slots[9] = slots[2]; /* duplicate: the later token (9) wins */
+    const float ks[H] = {0.37f, 1.5f, 3.0f}, vs[H] = {2.5f, 0.11f, 0.75f};
+    const vt_dtype cds[] = {VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_BF16, VT_DTYPE_F16, VT_DTYPE_F32};
+    const size_t bytes = (size_t)NB * BS * H * D * 4;
+    unsigned char *kc = malloc(bytes), *vc = malloc(bytes), *rk = malloc(bytes), *rv = malloc(bytes);
+    for (int isa = VT_ISA_SCALAR; isa <= (int)vt_isa_best(); isa++) {
+        CHECK(vt_isa_set((vt_isa)isa, NULL) == VT_OK, "isa %d", isa);
+        for (size_t ci = 0; ci < sizeof cds / sizeof cds[0]; ci++) {
+            const vt_dtype cd = cds[ci];
+            const size_t es = vt_dtype_get(cd)->elem_bytes;
+            for (int layout = 0; layout < 3; layout++) {
+                const int64_t x = (int64_t)(16 / es) > D ? D : (int64_t)(16 / es);
+                vt_kv_store_params p;
+                memset(&p, 0, sizeof p);
+                memset(kc, 0, bytes), memset(vc, 0, bytes), memset(rk, 0, bytes), memset(rv, 0, bytes);
+                dst_for(layout, 0, es, x, kc, &p.key_cache);
+                dst_for(layout, 1, es, x, vc, &p.value_cache);
+                p.key = key, p.value = value;
+                p.key_stride_token = H * D * 4, p.key_stride_head = D * 4;
+                p.value_stride_token = H * D * 4, p.value_stride_head = D * 4;
+                p.slot_mapping = slots, p.num_tokens = T, p.num_kv_heads = H, p.head_size = D;
+                p.block_size = BS, p.num_blocks = NB, p.src_dtype = VT_DTYPE_F32, p.cache_dtype = cd;
+                p.k_scale = ks, p.v_scale = vs, p.scale_per_head = 1;
+                vt_error err;
+                vt_status st = vt_kv_store(&p, 3, &err);
+                CHECK(st == VT_OK, "store: %s", err.message);
+                vt_kv_dst rkd, rvd;
+                dst_for(layout, 0, es, x, rk, &rkd);
+                dst_for(layout, 1, es, x, rv, &rvd);
+                for (int t = 0; t < T; t++) {
+                    if (slots[t] < 0) continue;
+                    for (int h = 0; h < H; h++)
+                        for (int d = 0; d < D; d++) {
+                            ref_put(cd, key[t][h][d], ks[h], rk + offset_of(&rkd, slots[t], h, d, es));
+                            ref_put(cd, value[t][h][d], vs[h], rv + offset_of(&rvd, slots[t], h, d, es));
+                        }
+                }
+                CHECK(memcmp(kc, rk, bytes) == 0, "K isa %d dtype %d layout %d", isa, (int)cd, layout);
+                CHECK(memcmp(vc, rv, bytes) == 0, "V isa %d dtype %d layout %d", isa, (int)cd, layout);
+
+                /* A refused call writes nothing: bad last slot, then bad scale. */
+                memcpy(rk, kc, bytes);
+                for (int t = 0; t < T; t++) key[t][0][0] += 1.0f;
+                int64_t saved = slots[T - 1];
+                slots[T - 1] = NB * BS;
+                st = vt_kv_store(&p, 2, &err);
+                CHECK(st == VT_ERR_INDEX && strstr(err.message, "slot_mapping[36]"), "bad slot: %d %s", st,
+                      err.message);
+                slots[T - 1] = saved;
+                if (vt_dtype_get(cd)->is_fp8) {
+                    float bad[H] = {1.0f, NAN, 1.0f};
+                    p.v_scale = bad;
+                    st = vt_kv_store(&p, 2, &err);
+                    CHECK(st == VT_ERR_VALUE && strstr(err.message, "v_scale"), "bad scale: %s", err.message);
+                    p.v_scale = vs;
+                }
+                CHECK(memcmp(kc, rk, bytes) == 0, "refused call wrote (dtype %d layout %d)", (int)cd, layout);
+                for (int t = 0; t < T; t++) key[t][0][0] -= 1.0f;
+            }
+        }
+    }
+    vt_isa_set(vt_isa_best(), NULL);
+    free(kc), free(vc), free(rk), free(rv);
+}
+
+static void test_geometry(void) {
+    vt_error err;
+    size_t kv, region, page, total, page8;
+    vt_kv_cache_config g = {4, 10, 16, 8, 128, VT_DTYPE_BF16, VT_KV_LAYOUT_NHD};
+    CHECK(vt_kv_cache_sizes(&g, "t", &kv, &region, &page, &total, &err) == VT_OK, "%s", err.message);
+    CHECK(page == 2u * 4 * 16 * 8 * 128 * 2, "page %zu", page);
+    g.dtype = VT_DTYPE_FP8_E4M3;
+    CHECK(vt_kv_cache_sizes(&g, "t", NULL, NULL, &page8, NULL, &err) == VT_OK, "fp8");
+    CHECK(page8 * 2 == page, "fp8 page must be half: %zu vs %zu", page8, page);
+    g.num_blocks = 0;
+    CHECK(vt_kv_cache_sizes(&g, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_VALUE && strstr(err.message, "num_blocks"),
+          "zero: %s", err.message);
+    vt_kv_cache_config big = {1 << 20, 1 << 20, 1 << 20, 1 << 20, 16, VT_DTYPE_F32, VT_KV_LAYOUT_NHD};
+    CHECK(vt_kv_cache_sizes(&big, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_OVERFLOW, "overflow");
+    vt_kv_cache_config huge = {INT64_MAX, INT64_MAX, 1, 1, 1, VT_DTYPE_F32, VT_KV_LAYOUT_NHD};
+    CHECK(vt_kv_cache_sizes(&huge, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_OVERFLOW, "overflow 2");
+    vt_kv_cache_free(NULL);
+}
+
+static void test_cache_round_trip(void) {
+    vt_kv_cache_config g = {2, 4, 4, 2, 16, VT_DTYPE_FP8_E4M3, VT_KV_LAYOUT_HND};
+    vt_kv_cache *c = NULL;
+    vt_error err;
+    CHECK(vt_kv_cache_create(&g, &c, &err) == VT_OK, "%s", err.message);
+    if (!c) return;
+    CHECK(((uintptr_t)c->data % 64) == 0, "alignment");
+    float k[2] = {0.5f, 4.0f}, v[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    CHECK(vt_kv_cache_set_scales(c, VT_KV_SCALE_LAYER, k, VT_KV_SCALE_HEAD, v, &err) == VT_OK, "%s", err.message);
+    float bad[1] = {-1.0f};
+    CHECK(vt_kv_cache_set_scales(c, VT_KV_SCALE_TENSOR, bad, VT_KV_SCALE_TENSOR, NULL, &err) == VT_ERR_VALUE,
+          "negative");
+    CHECK(c->k_scale[2] == 4.0f && c->k_scale_mode == VT_KV_SCALE_LAYER, "scales kept after refusal");
+    float y[2 * 2 * 16], yv[2 * 2 * 16];
+    float src[2 * 2 * 16];
+    for (int i = 0; i < 64; i++) src[i] = (float)(i % 13) - 6.0f;
+    int64_t slots[2] = {3, 14};
+    CHECK(vt_kv_cache_store(c, 1, src, 2 * 16 * 4, 16 * 4, src, 2 * 16 * 4, 16 * 4, VT_DTYPE_F32, slots, 2, 1, &err) ==
+              VT_OK, "%s", err.message);
+    CHECK(vt_kv_cache_gather(c, 1, slots, 2, y, yv, &err) == VT_OK, "%s", err.message);
+    for (int i = 0; i < 64; i++) {
+        int h = (i / 16) % 2;
+        float want_k = vt_fp8_e4m3_to_f32(vt_fp8_e4m3_from_f32(src[i] / 4.0f)) * 4.0f;
+        float want_v = vt_fp8_e4m3_to_f32(vt_fp8_e4m3_from_f32(src[i] / v[2 + h])) * v[2 + h];
+        CHECK(y[i] == want_k && yv[i] == want_v, "gather %d: %g %g vs %g %g", i, y[i], yv[i], want_k, want_v);
+    }
+    CHECK(vt_kv_cache_store(c, 2, src, 0, 0, src, 0, 0, VT_DTYPE_F32, slots, 2, 1, &err) == VT_ERR_INDEX, "layer");
+    vt_kv_cache_release(c);
+    CHECK(vt_kv_cache_gather(c, 1, slots, 2, y, yv, &err) == VT_ERR_VALUE, "released");
+    vt_kv_cache_free(c);
+}
+
+int main(void) {
+    if (vt_runtime_init(NULL, NULL) != VT_OK) return 2;
+    test_store_against_reference();
+    test_geometry();
+    test_cache_round_trip();
+    if (failures) {
+        fprintf(stderr, "test_kvcache: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_kvcache: OK (isa up to %s)\n", vt_isa_name(vt_isa_best()));
+    return 0;
+}
