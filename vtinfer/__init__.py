@@ -18,6 +18,11 @@ from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
 from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, DtypeInfo, dtype_info
 from vtinfer._kvcache import KVLayer, PagedKVCache, reshape_and_cache, reshape_and_cache_flash
 from vtinfer.blocks import BlockAllocator
+from vtinfer.checkpoint import Checkpoint
+from vtinfer.hf_config import AttentionSpec, ModelGeometry
+from vtinfer.resolve import Resolution, resolve_kv_cache_dtype
+from vtinfer.scales import LayerScales, load_kv_scales
+from vtinfer.sizing import KVCachePlan, kv_cache_args, plan_kv_cache
 
 __version__ = "0.1.0"
 
@@ -39,7 +44,17 @@ def build_info() -> dict[str, Any]:
 
 
 __all__ = [
+    "AttentionSpec",
     "BlockAllocator",
+    "Checkpoint",
+    "KVCachePlan",
+    "LayerScales",
+    "ModelGeometry",
+    "Resolution",
+    "kv_cache_args",
+    "load_kv_scales",
+    "plan_kv_cache",
+    "resolve_kv_cache_dtype",
     "KVLayer",
     "PagedKVCache",
     "ConfigError",

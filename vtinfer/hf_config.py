@@ -1,0 +1,110 @@
+"""The geometry a KV cache needs, from a Hugging Face config.json (stdlib only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_DTYPE_NAMES = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
+                "bfloat16": "bfloat16", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One attention layer's cache needs.
+
+    Attributes
+    ----------
+    layer : int
+    num_kv_heads : int
+    head_dim : int
+    sliding_window : int or None
+        Keys kept (None: full attention).
+    kind : str
+        ``"full_attention"`` or ``"sliding_attention"`` (from ``layer_types``).
+    """
+
+    layer: int
+    num_kv_heads: int
+    head_dim: int
+    sliding_window: int | None
+    kind: str
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """What the cache needs from a model config.
+
+    Attributes
+    ----------
+    num_layers, num_heads, num_kv_heads, head_dim : int
+        ``head_dim`` defaults to ``hidden_size // num_attention_heads``;
+        ``num_kv_heads`` to ``num_attention_heads``.
+    dtype : str
+        ``torch_dtype`` / ``dtype`` as a vtinfer dtype name (default bfloat16... see
+        ``dtype_declared``).
+    sliding_window : int or None
+    layer_types : tuple of str or None
+    model_type : str or None
+    """
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    dtype_declared: bool
+    sliding_window: int | None
+    layer_types: tuple[str, ...] | None
+    model_type: str | None
+    layers: tuple[AttentionSpec, ...]
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any], name: str = "config.json") -> "ModelGeometry":
+        """Parse; multimodal configs are read through their ``text_config``.
+
+        Raises
+        ------
+        ValueError
+            A missing or non-positive field, naming it and the file.
+        """
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{name} must hold a JSON object; got {type(cfg).__name__}")
+        text = cfg.get("text_config")
+        src = text if isinstance(text, dict) and "num_hidden_layers" in text else cfg
+
+        def need(key: str, alt: tuple[str, ...] = ()) -> int:
+            for k in (key, *alt):
+                v = src.get(k)
+                if v is not None:
+                    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                        raise ValueError(f"{name}: {k} must be a positive integer; got {v!r}")
+                    return v
+            raise ValueError(f"{name}: {key} must be present; got nothing")
+
+        layers = need("num_hidden_layers", ("n_layer", "num_layers"))
+        heads = need("num_attention_heads", ("n_head",))
+        kv = src.get("num_key_value_heads")
+        kv = heads if kv is None else kv
+        if isinstance(kv, bool) or not isinstance(kv, int) or kv <= 0 or heads % kv:
+            raise ValueError(f"{name}: num_key_value_heads must be a positive divisor of {heads}; got {kv!r}")
+        hd = src.get("head_dim")
+        if hd is None:
+            hd = need("hidden_size", ("n_embd",)) // heads
+        if isinstance(hd, bool) or not isinstance(hd, int) or hd <= 0:
+            raise ValueError(f"{name}: head_dim must be a positive integer; got {hd!r}")
+        raw = src.get("torch_dtype", src.get("dtype", cfg.get("torch_dtype", cfg.get("dtype"))))
+        dtype = _DTYPE_NAMES.get(str(raw).replace("torch.", "")) if raw is not None else None
+        sw = src.get("sliding_window")
+        if sw is not None and (isinstance(sw, bool) or not isinstance(sw, int) or sw <= 0):
+            sw = None
+        lt = src.get("layer_types")
+        lt = tuple(str(x) for x in lt) if isinstance(lt, list) else None
+        if lt is not None and len(lt) != layers:
+            raise ValueError(f"{name}: layer_types must have num_hidden_layers={layers} entries; got {len(lt)}")
+        specs = []
+        for i in range(layers):
+            kind = lt[i] if lt else ("sliding_attention" if sw else "full_attention")
+            specs.append(AttentionSpec(i, kv, hd, sw if kind == "sliding_attention" else None, kind))
+        return cls(layers, heads, kv, hd, dtype or "bfloat16", dtype is not None, sw, lt,
+                   src.get("model_type", cfg.get("model_type")), tuple(specs))
