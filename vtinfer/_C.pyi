@@ -36,3 +36,68 @@ def resolve_kv_cache_dtype(
     kv_cache_dtype: str, config: bytes | str, hf_quant_config: bytes | str | None = None, *, layers: bool = True
 ) -> dict[str, Any]: ...
 def vllm_kv_cache_dtypes() -> tuple[str, ...]: ...
+
+# kv-cache (#3): csrc/binding/kvcache_binding.c
+class PagedKVCache:
+    num_layers: int
+    num_blocks: int
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str
+    layout: str
+    page_bytes: int
+    nbytes: int
+    element_size: int
+    exports: int
+    released: bool
+    k_scale: np.ndarray
+    v_scale: np.ndarray
+    def __new__(
+        cls,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_size: int,
+        dtype: str,
+        layout: str = "NHD",
+        k_scale: Any = 1.0,
+        v_scale: Any = 1.0,
+        *,
+        model_dtype: str | None = None,
+    ) -> PagedKVCache: ...
+    def key_cache(self, layer: int, /) -> np.ndarray: ...
+    def value_cache(self, layer: int, /) -> np.ndarray: ...
+    def store(self, layer: int, key: Any, value: Any, slot_mapping: Any, *, num_threads: int | None = None) -> None: ...
+    def gather(self, layer: int, slots: Any) -> tuple[np.ndarray, np.ndarray]: ...
+    def release(self) -> None: ...
+    def _dlpack(self, layer: int | None = None, which: int = -1, max_version: Any = None) -> Any: ...
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+def reshape_and_cache_flash(
+    key: Any,
+    value: Any,
+    key_cache: Any,
+    value_cache: Any,
+    slot_mapping: Any,
+    kv_cache_dtype: str,
+    k_scale: Any,
+    v_scale: Any,
+    *,
+    layout: str | None = None,
+    num_threads: int | None = None,
+) -> None: ...
+def reshape_and_cache(
+    key: Any,
+    value: Any,
+    key_cache: Any,
+    value_cache: Any,
+    slot_mapping: Any,
+    kv_cache_dtype: str,
+    k_scale: Any,
+    v_scale: Any,
+    *,
+    num_threads: int | None = None,
+) -> None: ...

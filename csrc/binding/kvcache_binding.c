@@ -525,11 +525,13 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
         return NULL;
     vt_error err;
     vt_status s;
+    self->exports++; /* a concurrent release() must wait for the kernel */
     Py_BEGIN_ALLOW_THREADS
     s = vt_kv_cache_store(self->c, layer, in.key.data, in.key.strides[0], in.key.strides[1], in.value.data,
                           in.value.strides[0], in.value.strides[1], (vt_dtype)in.key.elem, in.slots.data,
                           in.slots.shape[0], nth, &err);
     Py_END_ALLOW_THREADS
+    self->exports--;
     kv_inputs_release(&in);
     if (s != VT_OK) return vt_raise(st, &err);
     Py_RETURN_NONE;
@@ -568,10 +570,12 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     }
     vt_error err;
     vt_status s;
+    self->exports++; /* a concurrent release() must wait for the kernel */
     Py_BEGIN_ALLOW_THREADS
     s = vt_kv_cache_gather(self->c, layer, PyArray_DATA((PyArrayObject *)s64), (int64_t)n,
                            PyArray_DATA((PyArrayObject *)k), PyArray_DATA((PyArrayObject *)v), &err);
     Py_END_ALLOW_THREADS
+    self->exports--;
     Py_DECREF(s64);
     if (s != VT_OK) {
         Py_DECREF(k);
