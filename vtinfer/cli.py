@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="show the build, the CPU kernels chosen and the KV-cache dtypes")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_cmd_info)
+    from vtinfer.inspect_cmd import add_parser as _add_inspect
+
+    _add_inspect(sub)
     return p
 
 

@@ -80,6 +80,9 @@ int main(void) {
     /* quant_algo null: no quant_method is set (the `is not None` guard) */
     expect("auto", "{\"quantization_config\": {" MO ", \"quantization\": {\"quant_algo\": null, "
            "\"kv_cache_quant_algo\": \"FP8\"}}}", NULL, "auto", "default");
+    /* the legacy marker is the key modelopt_quant_config, not any "quantization" dict */
+    expect("auto", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"quantization\": {\"quant_algo\": \"W4A16\"}}}",
+           NULL, "auto", "default");
     /* compressed-tensors per-layer rule */
     expect("auto", "{\"quantization_config\": {\"quant_method\": \"compressed_tensors\", \"kv_cache_scheme\": "
            "{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"attn_head\", \"symmetric\": true}}}", NULL, "auto",
