@@ -118,6 +118,56 @@ class PagedKVCache(_C.PagedKVCache):
         """
         return super().store(layer, key, value, slot_mapping, num_threads=num_threads)
 
+    def layer_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """K and V scales of one layer: float32 of shape () or ``[num_kv_heads]``."""
+        if not isinstance(layer, (int, np.integer)) or not 0 <= layer < self.num_layers:
+            raise IndexError(f"PagedKVCache.layer_scales: layer must be in [0, {self.num_layers}); got {layer!r}")
+        out = []
+        for s in (self.k_scale, self.v_scale):
+            out.append(np.asarray(s if s.ndim == 0 else s[layer], dtype=np.float32))
+        return out[0], out[1]
+
+    def attention(
+        self,
+        layer: int,
+        q: Any,
+        *,
+        cu_seqlens_q: Any,
+        seqused_k: Any,
+        block_table: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """Paged attention of ``q`` over one layer: :func:`vtinfer.flash_attn_varlen_func`.
+
+        The layer's K/V views are passed as the caches (an HND cache as the
+        permuted ``[num_blocks, block_size, H_kv, D]`` view), with
+        ``kv_cache_dtype`` set to the cache's dtype and, for fp8, the
+        layer's scales as ``k_descale`` / ``v_descale`` (unless given).
+        Other keyword arguments go to ``flash_attn_varlen_func`` unchanged.
+
+        Parameters
+        ----------
+        layer : int
+            In ``[0, num_layers)``.
+        q : array, shape (total_q, H, D)
+        cu_seqlens_q : int32 array, shape (B + 1,)
+        seqused_k : int32 array, shape (B,)
+        block_table : int32 array, shape (B, max_blocks)
+        """
+        from vtinfer import _attention  # the attention issue's module
+
+        k, v = self.key_cache(layer), self.value_cache(layer)
+        if self.layout == "HND":
+            k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        if self.dtype.startswith("fp8"):
+            ks, vs = self.layer_scales(layer)
+            kwargs.setdefault("k_descale", ks)
+            kwargs.setdefault("v_descale", vs)
+            kwargs.setdefault("kv_cache_dtype", self.dtype)
+        return _attention.flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, **kwargs
+        )
+
     def _repr_html_(self) -> str:
         rows = [
             ("dtype", self.dtype),

@@ -229,3 +229,33 @@ def test_flash_matches_torch_scatter_reference():
     ref_v = (value / vs[None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
     assert torch.equal(kc[slots // BS, slots % BS], ref_k)
     assert torch.equal(vc[slots // BS, slots % BS], ref_v)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "bfloat16"])
+def test_cache_attention_matches_float64_oracle_over_gathered_values(layout, dtype):
+    """cache.attention hands the layer's views and scales to flash_attn_varlen_func;
+    the oracle is float64 softmax attention over cache.gather (dequantized K/V)."""
+    rng = np.random.default_rng(7)
+    L, NB, BS, Hkv, H, D = 2, 8, 4, 2, 4, 16
+    ks = rng.uniform(0.1, 1.0, (L, Hkv)).astype(np.float32)
+    vs = rng.uniform(0.1, 1.0, (L, Hkv)).astype(np.float32)
+    c = vt.PagedKVCache(L, NB, BS, Hkv, D, dtype, layout=layout, k_scale=ks, v_scale=vs)
+    a = vt.BlockAllocator(NB, BS)
+    n = 13
+    a.allocate("s", n)
+    slots = a.slot_mapping(["s"], [range(n)])
+    for layer in range(L):
+        c.store(layer, rng.standard_normal((n, Hkv, D)).astype(np.float32),
+                rng.standard_normal((n, Hkv, D)).astype(np.float32), slots)
+    q = rng.standard_normal((1, H, D)).astype(np.float32)
+    out = c.attention(1, q, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([n], np.int32),
+                      block_table=a.block_table(["s"]))
+    gk, gv = c.gather(1, slots)
+    ref = np.zeros((H, D))
+    for h in range(H):
+        kh = gk[:, h // (H // Hkv)].astype(np.float64)
+        s = kh @ q[0, h].astype(np.float64) / np.sqrt(D)
+        p = np.exp(s - s.max())
+        ref[h] = (p / p.sum()) @ gv[:, h // (H // Hkv)].astype(np.float64)
+    np.testing.assert_allclose(np.asarray(out)[0], ref, rtol=1e-4, atol=1e-5)
