@@ -74,6 +74,8 @@ CORPUS = [
     ("legacy_marker", {"quantization": {"modelopt_quant_config": {}, "quant_algo": "fp8", "kv_cache_quant_algo": "fp8"}}),
     ("legacy_marker_nested_only", {"quantization": {"modelopt_quant_config": {"quant_algo": "FP8"}}}),
     ("marker_not_dict", {"quantization": "modelopt_quant_config"}),
+    ("quantization_dict_no_marker", {"quant_method": "gptq", "quantization": {"quant_algo": "W4A16"}}),
+    ("quantization_dict_no_marker_fp8", {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}),
     ("mixed_precision", {"producer": MO, "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8"}}),
     ("nvfp4", {"producer": MO, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "NVFP4"}}),
     ("nvfp4_lower", {"quant_method": "modelopt_fp4", "kv_cache_quant_algo": "nvfp4"}),
