@@ -39,7 +39,17 @@ def build_info() -> dict[str, Any]:
         CUDA arm).
     """
     info = dict(_C.build_info())
-    info["cuda"] = "CUDA arm built, no device" if info["cuda_built"] else "CUDA arm not built"
+    try:  # the CUDA arm is a separate extension, built only where nvcc was found
+        from vtinfer import _cuda
+    except ImportError:
+        _cuda = None
+    if _cuda is None:
+        info["cuda"] = "CUDA arm built, no device" if info["cuda_built"] else "CUDA arm not built"
+    else:
+        n = _cuda.device_count()  # never raises: 0 when the runtime finds no device
+        info["cuda_built"] = True
+        info["cuda_devices"] = n
+        info["cuda"] = f"CUDA arm built, {n} device{'s' if n != 1 else ''}" if n else "CUDA arm built, no device"
     return info
 
 
