@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     from vtinfer.inspect_cmd import add_parser as _add_inspect
 
     _add_inspect(sub)
+    from vtinfer.models.commands import add_parsers as _add_model_cmds
+
+    _add_model_cmds(sub)
     return p
 
 

@@ -1,0 +1,112 @@
+"""The decoder (vtinfer's paged cache + attention) against an independent
+float64 NumPy forward pass of the same math, for every KV dtype."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.model import refmodel
+from tests.model.conftest import MODEL_TYPES
+from vtinfer.models import Decoder
+
+
+def _err(a, ref):
+    return float(np.max(np.abs(np.asarray(a, np.float64) - ref)))
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_f32_logits_match_float64_reference(tiny_dirs, model_type, chunk):
+    # FlashAttention's rule: our error vs the fp64 oracle is at most 2x that of
+    # a naive float32 implementation of the same math (plus a hair for ties).
+    cfg, w = refmodel.load(tiny_dirs[model_type])
+    toks = np.random.default_rng(100 + chunk).integers(0, cfg["vocab_size"], 40)
+    ref64 = refmodel.forward(cfg, w, toks, np.float64)
+    ref32 = refmodel.forward(cfg, w, toks, np.float32)
+    ours = Decoder.from_pretrained(tiny_dirs[model_type]).score(toks, "float32", chunk=chunk)
+    assert ours.shape == ref64.shape
+    naive = _err(ref32, ref64)
+    assert _err(ours, ref64) <= 2 * naive + 1e-6 * np.abs(ref64).max(), (_err(ours, ref64), naive)
+
+
+def _kv_round_fn(kind, ks=None, vs=None):
+    def scale_of(s, layer, shape):
+        s = np.asarray(s, np.float64)
+        s = s if s.ndim == 0 else s[layer]
+        return s.reshape(1, -1, 1) if s.ndim == 1 else s
+
+    def rnd(x, layer, which):
+        x32 = np.asarray(x, np.float32)
+        if kind == "bfloat16":
+            return x32.astype(ml_dtypes.bfloat16).astype(np.float64)
+        if kind == "float16":
+            return x32.astype(np.float16).astype(np.float64)
+        s = scale_of(ks if which == "k" else vs, layer, x.shape).astype(np.float32)
+        fmt, mx = (ml_dtypes.float8_e4m3fn, 448.0) if kind == "fp8_e4m3" else (ml_dtypes.float8_e5m2, 57344.0)
+        y = np.clip(x32 / s, -mx, mx).astype(fmt).astype(np.float64)
+        return y * s.astype(np.float64)
+    return rnd
+
+
+SCALES = {
+    "one": (1.0, 1.0),
+    "per-layer": (np.array([0.02, 0.05], np.float32), np.array([0.011, 0.007], np.float32)),
+    "per-head": (np.array([[0.02, 0.09], [0.04, 0.03]], np.float32),
+                 np.array([[0.005, 0.013], [0.021, 0.008]], np.float32)),
+}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind,scales", [("bfloat16", "one"), ("float16", "one"), ("fp8_e4m3", "one"),
+                                         ("fp8_e4m3", "per-layer"), ("fp8_e4m3", "per-head"),
+                                         ("fp8_e5m2", "per-layer")])
+def test_quantized_kv_matches_reference_with_same_rounding(tiny_dirs, model_type, kind, scales):
+    # The oracle rounds K/V exactly as the cache stores them (ml_dtypes, x/scale,
+    # saturating), so a dropped, swapped or misrouted scale shows up as a large error.
+    cfg, w = refmodel.load(tiny_dirs[model_type])
+    toks = np.random.default_rng(7).integers(0, cfg["vocab_size"], 33)
+    ks, vs = SCALES[scales]
+    ref = refmodel.forward(cfg, w, toks, np.float64, kv_round=_kv_round_fn(kind, ks, vs))
+    ref_plain = refmodel.forward(cfg, w, toks, np.float64)
+    ours = Decoder.from_pretrained(tiny_dirs[model_type]).score(toks, kind, chunk=10, k_scale=ks, v_scale=vs)
+    scale = np.abs(ref).max()
+    err = _err(ours, ref)
+    # float32 round-off of the rest of the network, well below the KV rounding effect itself
+    assert err <= 2e-4 * scale, err
+    assert _err(ref_plain, ref) > 5 * err, "anti-vacuity: the KV rounding must matter more than round-off"
+
+
+def test_greedy_generation_follows_reference_argmax(tiny_dirs):
+    d = tiny_dirs["qwen2"]
+    cfg, w = refmodel.load(d)
+    m = Decoder.from_pretrained(d)
+    prompt = [5, 17, 99, 3]
+    g = m.generate(prompt, 8, "float32", stop_at_eos=False)
+    seq = list(prompt)
+    for _ in range(8):
+        seq.append(int(np.argmax(refmodel.forward(cfg, w, seq)[-1])))
+    assert g.tokens == seq[len(prompt):]
+    assert g.decode_steps == 7
+
+
+def test_decode_equals_prefill_logits(tiny_dirs):
+    m = Decoder.from_pretrained(tiny_dirs["mistral"])
+    toks = np.random.default_rng(3).integers(0, 256, 30)
+    # float32 KV: with bf16/fp8 a last-bit difference between the [30, h] and
+    # [1, h] matmuls can flip a KV rounding and move a logit by ~1e-3.
+    full = m.score(toks, "float32", chunk=30)
+    s = m.session("float32", max_tokens=30)
+    s.prefill(toks[:20])
+    rows = [s.decode(int(t)) for t in toks[20:]]
+    assert np.allclose(np.stack(rows), full[20:], rtol=0, atol=1e-4 * np.abs(full).max())
+    assert s.length == 30
+
+
+def test_bad_tokens_raise_index_error_and_write_nothing(tiny_dirs):
+    m = Decoder.from_pretrained(tiny_dirs["llama"])
+    s = m.session("float32", max_tokens=16)
+    with pytest.raises(IndexError, match="tokens"):
+        s.prefill([1, 2, 300])
+    assert s.length == 0

@@ -1,0 +1,152 @@
+"""Offline KV-cache calibration: ``scale = amax / 448`` per layer (or per layer
+and KV head), written into a copy of the checkpoint that vLLM's resolver reads
+as an fp8 KV-cache checkpoint.
+
+Per layer (default): ModelOpt-style tensors
+``model.layers.N.self_attn.k_proj.k_scale`` / ``v_proj.v_scale`` (shape
+``[]``) and an inline ``quantization_config`` with the ModelOpt producer
+marker and ``kv_cache_quant_algo: "FP8"``; ``quant_method: "modelopt"`` is
+written too, because vLLM's resolver consults the KV key only for a
+``modelopt*`` method and a KV-only ModelOpt config has ``quant_algo: null``.
+
+Per KV head (``per_head=True``): vLLM reads per-head scales only from
+compressed-tensors checkpoints whose ``kv_cache_scheme`` has ``strategy:
+"attn_head"``, so that is what is written: tensors
+``model.layers.N.self_attn.k_scale`` / ``v_scale`` of shape ``[num_kv_heads]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vtinfer.models.store import atomic_dir, save_safetensors, write_json
+
+__all__ = ["FP8_E4M3_MAX", "Calibration", "calibrate_amax", "calibrate", "write_calibrated"]
+
+FP8_E4M3_MAX = 448.0
+SCALES_FILE = "kv_scales.safetensors"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Absolute maxima of K (after RoPE) and V, ``[num_layers, num_kv_heads]``."""
+
+    k_amax: np.ndarray
+    v_amax: np.ndarray
+    tokens: int
+
+    def scales(self, per_head: bool = False, fmt_max: float = FP8_E4M3_MAX) -> tuple[np.ndarray, np.ndarray]:
+        """``amax / fmt_max`` as float32: ``[num_layers]`` or ``[num_layers, num_kv_heads]``.
+        An all-zero amax gives the smallest positive scale instead of 0."""
+        k, v = (self.k_amax, self.v_amax) if per_head else (self.k_amax.max(1), self.v_amax.max(1))
+        tiny = np.float32(np.finfo(np.float32).tiny)
+        f = lambda a: np.maximum((a / np.float64(fmt_max)).astype(np.float32), tiny)  # noqa: E731
+        return f(k), f(v)
+
+
+def calibrate_amax(model: Any, tokens: Any, *, chunk: int = 256, progress: bool | None = None) -> Calibration:
+    """Run ``tokens`` through ``model`` (a :class:`~vtinfer.models.Decoder`)
+    with a float32 KV cache and record per-layer, per-KV-head |K| and |V| maxima."""
+    from vtinfer.models.progress import bar
+
+    c = model.config
+    toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    if len(toks) == 0:
+        raise ValueError("calibrate: tokens must not be empty; got 0 tokens")
+    k_amax = np.zeros((c.num_layers, c.num_kv_heads), np.float32)
+    v_amax = np.zeros((c.num_layers, c.num_kv_heads), np.float32)
+
+    def observe(layer: int, k: np.ndarray, v: np.ndarray) -> None:
+        np.maximum(k_amax[layer], np.abs(k).max(axis=(0, 2)), out=k_amax[layer])
+        np.maximum(v_amax[layer], np.abs(v).max(axis=(0, 2)), out=v_amax[layer])
+
+    sess = model.session("float32", max_tokens=len(toks))
+    sess.observer = observe
+    starts = range(0, len(toks), chunk)
+    for i in bar(starts, desc="calibrate", total=len(starts), enabled=progress):
+        sess.forward_hidden(toks[i:i + chunk])
+    return Calibration(k_amax, v_amax, len(toks))
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, cal: Calibration, *,
+                     per_head: bool = False) -> Path:
+    """Copy ``model_dir`` to ``out_dir`` (weights hard-linked when possible) with
+    the calibrated scales and the quantization config (see the module docs)."""
+    import vtinfer as vt
+
+    src = Path(model_dir)
+    ck = vt.Checkpoint(src)
+    cfg = json.loads(ck.config_path.read_text(encoding="utf-8"))
+    ks, vs = cal.scales(per_head)
+    tensors: dict[str, np.ndarray] = {}
+    for i in range(len(ks)):
+        if per_head:
+            tensors[f"model.layers.{i}.self_attn.k_scale"] = ks[i]
+            tensors[f"model.layers.{i}.self_attn.v_scale"] = vs[i]
+        else:
+            tensors[f"model.layers.{i}.self_attn.k_proj.k_scale"] = np.asarray(ks[i], np.float32).reshape(())
+            tensors[f"model.layers.{i}.self_attn.v_proj.v_scale"] = np.asarray(vs[i], np.float32).reshape(())
+    if per_head:
+        cfg["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {},
+            "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "attn_head", "dynamic": False,
+                                "symmetric": True},
+            "ignore": [], "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
+        }
+    else:
+        cfg["quantization_config"] = {
+            "quant_method": "modelopt", "producer": {"name": "modelopt", "version": "vtinfer-calibrate"},
+            "quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"},
+            "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
+        }
+    out = Path(out_dir)
+    if out.resolve() == src.resolve():
+        raise ValueError(f"calibrate: out must differ from the model directory; got '{out}'")
+    with atomic_dir(out) as tmp:
+        weight_map: dict[str, str] = {}
+        from vtinfer.scales import read_safetensors_header
+
+        for shard in ck.shards:
+            _link_or_copy(shard, tmp / shard.name)
+            for name in read_safetensors_header(shard):
+                if name != "__metadata__":
+                    weight_map[name] = shard.name
+        save_safetensors(tmp / SCALES_FILE, tensors)
+        weight_map.update({n: SCALES_FILE for n in tensors})
+        write_json(tmp / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map})
+        for f in src.iterdir():
+            if f.is_file() and f.suffix != ".safetensors" and f.name not in (
+                    "config.json", "model.safetensors.index.json", "hf_quant_config.json"):
+                shutil.copy2(f, tmp / f.name)
+        write_json(tmp / "config.json", cfg)
+    return out
+
+
+def calibrate(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, per_head: bool = False,
+              max_tokens: int = 2048, text: str | None = None, progress: bool | None = None,
+              model: Any = None) -> tuple[Path, Calibration]:
+    """Calibrate on ``text`` (default: :func:`vtinfer.models.evaltext.calibration_text`)
+    and write the calibrated copy. Returns ``(out_dir, calibration)``."""
+    from vtinfer.models.decoder import Decoder
+    from vtinfer.models.evaltext import calibration_text
+
+    m = model if model is not None else Decoder.from_pretrained(model_dir)
+    if m.tokenizer is None:
+        raise ValueError(f"calibrate: {model_dir} must have a tokenizer to encode the calibration text")
+    toks = m.tokenizer.encode(text if text is not None else calibration_text())[:max_tokens]
+    cal = calibrate_amax(m, toks, progress=progress)
+    return write_calibrated(model_dir, out_dir, cal, per_head=per_head), cal
