@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""run.py [--fast] [--rev REV] [--keep] [--list] [NAME ...]
+
+Mutation runner (issue #9): every entry of tests/mutation/mutations.toml
+plants one defect and names the tests that must go red.  For each mutant:
+
+1. a private copy of the tree at REV (default HEAD: ``git archive``, so
+   the engineers' uncommitted work in the shared tree never leaks in) is
+   hard-linked from a pristine base copy into /tmp/vtmut/<run>/<n>-<name>;
+2. each edit's ``find`` text must occur exactly once in its file; it is
+   replaced (the file is unlinked first, so the base copy is untouched) and
+   the runner checks the bytes really changed;
+3. the extension is rebuilt in the copy: the mutated C sources (or every
+   source that includes a mutated header) are recompiled, the rest reuse
+   the base objects, and ``vtinfer/_C*.so`` is relinked.  A mutant that
+   does not build is an ERROR, never a kill;
+4. the named tests run with the copy as cwd and first on sys.path (the
+   runner checks that ``vtinfer`` is imported from the copy): pytest node
+   ids, and ``c:<name>`` for a plain-C test of tests/c, built there with
+   its Makefile.  pytest exit 1 (failures) or a killed process is a kill;
+   exit 0 is a survivor; any other exit (collection error, no tests) is an
+   ERROR;
+5. the shared tree's copy of every mutated file is hashed (sha256) before
+   and after: restoration is proven, not assumed.
+
+Before any mutant, the union of the selected tests must pass on the
+unmutated copy (else the run stops: a red baseline proves nothing).
+
+Ends with ``killed N/N``; exit 0 only when every mutant was killed and
+there was no error.  ``--fast`` runs the entries marked ``fast = true``
+(what .ci/run calls).  The build mirrors setup.py's flags (C11, -fPIC,
+-fvisibility=hidden, -fno-strict-aliasing, the include folders, _GNU_SOURCE)
+at -O2 and without -Werror: a mutant may warn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+TOML = HERE / "mutations.toml"
+WORK = Path(os.environ.get("VTMUT_DIR", "/tmp/vtmut"))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "(missing)"
+
+
+def load(path: Path) -> list[dict]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    muts = data.get("mutant", [])
+    seen = set()
+    for m in muts:
+        for key in ("name", "tests"):
+            if key not in m:
+                raise SystemExit(f"mutations.toml: an entry lacks {key!r}: {m}")
+        if m["name"] in seen:
+            raise SystemExit(f"mutations.toml: duplicate name {m['name']!r}")
+        seen.add(m["name"])
+        edits = [{"file": m["file"], "find": m["find"], "replace": m["replace"]}] if "file" in m else []
+        edits += m.get("also", [])
+        if not edits:
+            raise SystemExit(f"mutations.toml: {m['name']}: no edit (file/find/replace)")
+        for e in edits:
+            if e["find"] == e["replace"]:
+                raise SystemExit(f"mutations.toml: {m['name']}: find == replace")
+        m["edits"] = edits
+    return muts
+
+
+# ---------------------------------------------------------------- building
+
+
+def compiler() -> tuple[list[str], list[str], list[str]]:
+    """(cc argv, compile flags, link argv prefix) mirroring setup.py."""
+    import numpy
+
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+    inc = sysconfig.get_paths()["include"]
+    flags = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-pthread",
+             "-D_GNU_SOURCE=1", "-Icsrc/include", "-Icsrc/core", f"-I{inc}", f"-I{numpy.get_include()}"]
+    link = cc + ["-shared", "-pthread"]
+    return cc, flags, link
+
+
+def sources(root: Path) -> list[Path]:
+    return sorted(root.glob("csrc/core/*.c")) + sorted(root.glob("csrc/binding/*.c"))
+
+
+def obj_of(root: Path, src: Path) -> Path:
+    return root / "build" / "vtmut-obj" / (src.parent.name + "__" + src.stem + ".o")
+
+
+def compile_one(root: Path, src: Path) -> tuple[bool, str]:
+    cc, flags, _ = compiler()
+    out = obj_of(root, src)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        out.unlink()  # may be a hard link to the base object
+    r = subprocess.run(cc + flags + ["-c", str(src.relative_to(root)), "-o", str(out)], cwd=root,
+                       capture_output=True, text=True)
+    return r.returncode == 0, r.stderr
+
+
+def so_name() -> str:
+    return "_C" + sysconfig.get_config_var("EXT_SUFFIX")
+
+
+def link(root: Path) -> tuple[bool, str]:
+    _, _, ld = compiler()
+    so = root / "vtinfer" / so_name()
+    if so.exists():
+        so.unlink()
+    objs = [str(obj_of(root, s)) for s in sources(root)]
+    r = subprocess.run(ld + objs + ["-lm", "-o", str(so)], cwd=root, capture_output=True, text=True)
+    return r.returncode == 0, r.stderr
+
+
+def build(root: Path, srcs: list[Path], jobs: int) -> tuple[bool, str]:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        results = list(ex.map(lambda s: compile_one(root, s), srcs))
+    errs = "".join(e for ok, e in results if not ok)
+    if errs:
+        return False, errs
+    return link(root)
+
+
+def affected_sources(root: Path, rel: str) -> list[Path]:
+    """The C sources to recompile after `rel` changed."""
+    if rel.endswith(".c") and rel.startswith(("csrc/core/", "csrc/binding/")):
+        return [root / rel]
+    if rel.endswith(".h"):
+        base = os.path.basename(rel)
+        pat = re.compile(r'#\s*include\s*[<"]([^>"]*/)?' + re.escape(base) + r'[>"]')
+        direct = [s for s in sources(root) if pat.search(s.read_text(encoding="utf-8", errors="replace"))]
+        # headers including the header: include their users too (one level is enough here)
+        hdrs = [h for h in list(root.glob("csrc/**/*.h")) if pat.search(h.read_text(encoding="utf-8"))]
+        for h in hdrs:
+            hp = re.compile(r'#\s*include\s*[<"]([^>"]*/)?' + re.escape(h.name) + r'[>"]')
+            direct += [s for s in sources(root) if hp.search(s.read_text(encoding="utf-8", errors="replace"))]
+        return sorted(set(direct))
+    return []
+
+
+# ---------------------------------------------------------------- testing
+
+
+def env_for(root: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["VTINFER_CUDA"] = "0"
+    env.pop("RECORDS_CHECKER", None)
+    return env
+
+
+def check_import(root: Path) -> str | None:
+    r = subprocess.run([sys.executable, "-c", "import vtinfer, vtinfer._C as c; print(vtinfer.__file__); "
+                        "print(c.__file__)"], cwd=root, env=env_for(root), capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"import failed: {r.stderr.strip()[-400:]}"
+    for line in r.stdout.split():
+        if not Path(line).resolve().is_relative_to(root.resolve()):
+            return f"vtinfer imported from outside the copy: {line}"
+    return None
+
+
+def run_tests(root: Path, tests: list[str], timeout: float) -> tuple[str, str]:
+    """('red' | 'green' | 'error', detail)."""
+    py = [t for t in tests if not t.startswith("c:")]
+    cts = [t[2:] for t in tests if t.startswith("c:")]
+    details = []
+    red = False
+    for name in cts:
+        mk = subprocess.run(["make", "-s", "-C", "tests/c", f"build/opt/{name}"], cwd=root, env=env_for(root),
+                            capture_output=True, text=True)
+        if mk.returncode != 0:
+            return "error", f"c:{name} did not build: {mk.stderr.strip()[-600:]}"
+        try:
+            r = subprocess.run([f"./build/opt/{name}"], cwd=root / "tests" / "c", capture_output=True, text=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            red = True
+            details.append(f"c:{name} timed out")
+            continue
+        if r.returncode != 0:
+            red = True
+            fails = len(re.findall(r"FAIL", r.stdout + r.stderr))
+            details.append(f"c:{name} rc={r.returncode} ({fails} FAIL lines)")
+        else:
+            details.append(f"c:{name} green")
+    if py:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-x", *py]
+        try:
+            r = subprocess.run(cmd, cwd=root, env=env_for(root), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "red", "; ".join(details + ["pytest timed out (treated as red: a hang)"])
+        if r.returncode == 1 or r.returncode < 0:
+            red = True
+            failed = re.findall(r"^FAILED (\S+)", r.stdout, re.M)
+            what = failed[0] if failed else f"crash rc={r.returncode}"
+            details.append(f"pytest red: {what}")
+        elif r.returncode == 0:
+            details.append("pytest green")
+        else:
+            return "error", f"pytest exit {r.returncode}: {(r.stdout + r.stderr).strip()[-800:]}"
+    return ("red" if red else "green"), "; ".join(details)
+
+
+# ---------------------------------------------------------------- main
+
+
+def make_base(rev: str, run_dir: Path, jobs: int) -> Path:
+    base = run_dir / "base"
+    base.mkdir(parents=True)
+    arch = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(base)], input=arch.stdout, check=True)
+    t0 = time.time()
+    ok, log = build(base, sources(base), jobs)
+    if not ok:
+        raise SystemExit(f"the unmutated tree at {rev} does not build:\n{log}")
+    print(f"base built at {rev} in {time.time() - t0:.0f}s: {base}", flush=True)
+    return base
+
+
+def clone(base: Path, dest: Path) -> None:
+    subprocess.run(["cp", "-al", str(base), str(dest)], check=True)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--fast", action="store_true", help="only the entries marked fast = true")
+    ap.add_argument("--rev", default="HEAD")
+    ap.add_argument("--keep", action="store_true", help="keep the copies under " + str(WORK))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per test command")
+    args = ap.parse_args(argv)
+
+    muts = load(TOML)
+    if args.names:
+        unknown = set(args.names) - {m["name"] for m in muts}
+        if unknown:
+            raise SystemExit(f"unknown mutants: {sorted(unknown)}")
+        muts = [m for m in muts if m["name"] in args.names]
+    elif args.fast:
+        muts = [m for m in muts if m.get("fast")]
+    if args.list:
+        for m in muts:
+            print(f"{m['name']:40s} {'fast' if m.get('fast') else '    '} {', '.join(e['file'] for e in m['edits'])}")
+        return 0
+
+    start = time.time()
+    files = sorted({e["file"] for m in muts for e in m["edits"]})
+    shared_before = {f: sha256(REPO / f) for f in files}
+    WORK.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=WORK))
+    results: list[tuple[str, str, str, float]] = []
+    try:
+        base = make_base(args.rev, run_dir, args.jobs)
+        # every find text must occur exactly once in the tree at REV
+        bad = []
+        for m in muts:
+            for e in m["edits"]:
+                p = base / e["file"]
+                n = p.read_text(encoding="utf-8").count(e["find"]) if p.exists() else -1
+                if n != 1:
+                    bad.append(f"{m['name']}: {e['file']}: find text occurs {n} times (want 1)")
+        if bad:
+            print("\n".join("ERROR " + b for b in bad))
+            bad_names = {b.split(":")[0] for b in bad}
+            for m in muts:
+                if m["name"] in bad_names:
+                    results.append((m["name"], "error", "find text not found exactly once", 0.0))
+            muts = [m for m in muts if m["name"] not in bad_names]
+
+        union = list(dict.fromkeys(t for m in muts for t in m["tests"]))
+        ref = run_dir / "unmutated"
+        clone(base, ref)
+        why = check_import(ref)
+        if why:
+            raise SystemExit(f"baseline: {why}")
+        t0 = time.time()
+        verdict, detail = run_tests(ref, union, args.timeout)
+        print(f"baseline (unmutated, {len(union)} test ids): {verdict} in {time.time() - t0:.0f}s: {detail}",
+              flush=True)
+        if verdict != "green":
+            print("the unmutated tree is not green on the named tests: nothing can be concluded")
+            return 2
+        if not args.keep:
+            shutil.rmtree(ref)
+
+        for i, m in enumerate(muts, 1):
+            t0 = time.time()
+            d = run_dir / f"{i:02d}-{m['name']}"
+            clone(base, d)
+            status, detail = "error", ""
+            try:
+                changed, recompile = [], set()
+                for e in m["edits"]:
+                    p = d / e["file"]
+                    old = p.read_text(encoding="utf-8")
+                    new = old.replace(e["find"], e["replace"], 1)
+                    before = hashlib.sha256(old.encode()).hexdigest()
+                    p.unlink()  # break the hard link: the base copy keeps its bytes
+                    p.write_text(new, encoding="utf-8")
+                    if sha256(p) == before:
+                        raise RuntimeError(f"{e['file']}: the edit did not change the file")
+                    changed.append(e["file"])
+                    recompile.update(affected_sources(d, e["file"]))
+                if recompile:
+                    ok, log = build(d, sorted(recompile), args.jobs)
+                    if not ok:
+                        raise RuntimeError("mutant does not build: " + log.strip()[-600:])
+                why = check_import(d)
+                if why:
+                    raise RuntimeError(why)
+                verdict, detail = run_tests(d, m["tests"], args.timeout)
+                status = {"red": "killed", "green": "SURVIVED", "error": "error"}[verdict]
+            except RuntimeError as exc:
+                detail = str(exc)
+            finally:
+                if not args.keep:
+                    shutil.rmtree(d, ignore_errors=True)
+            dt = time.time() - t0
+            results.append((m["name"], status, detail, dt))
+            print(f"[{i}/{len(muts)}] {m['name']}: {status} ({dt:.0f}s) {detail}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    shared_after = {f: sha256(REPO / f) for f in files}
+    # The runner never writes into the shared tree.  A file that changed
+    # there during the run was edited by someone else (a shared tree); it is
+    # a leak of ours only if it now holds a mutant's replacement text that
+    # its old bytes did not.
+    moved = [f for f in files if shared_before[f] != shared_after[f]]
+    leaked = []
+    for f in moved:
+        now = (REPO / f).read_text(encoding="utf-8") if (REPO / f).exists() else ""
+        for m in muts:
+            for e in m["edits"]:
+                if e["file"] == f and e["replace"] in now and e["find"] not in now:
+                    leaked.append(f"{f} ({m['name']})")
+    print()
+    print("| mutant | result | seconds | evidence |")
+    print("|---|---|---|---|")
+    for name, status, detail, dt in results:
+        print(f"| {name} | {status} | {dt:.0f} | {detail.replace('|', '/')} |")
+    print()
+    for f in files:
+        print(f"shared tree {f}: sha256 {shared_after[f][:16]} "
+              f"{'unchanged' if f not in moved else 'changed during the run by another engineer (no mutant text in it)'}")
+    killed = sum(1 for r in results if r[1] == "killed")
+    survived = [r[0] for r in results if r[1] == "SURVIVED"]
+    errors = [r[0] for r in results if r[1] == "error"]
+    if survived:
+        print(f"survivors: {survived}")
+    if errors:
+        print(f"errors (neither kill nor survivor): {errors}")
+    print(f"total {time.time() - start:.0f}s")
+    print(f"killed {killed}/{len(results)}")
+    if leaked:
+        print(f"MUTANT TEXT FOUND IN THE SHARED TREE: {leaked}")
+    return 0 if killed == len(results) and results and not leaked else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
