@@ -54,6 +54,8 @@ static int shape_err(const char *name, const char *want, const vt_tensor *t) {
 }
 
 static int inner_contiguous(const vt_tensor *t, const char *name) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return 0; /* no element: any stride is fine (NumPy/DLPack may report 0) */
     if (t->shape[t->ndim - 1] > 1 && t->strides[t->ndim - 1] != (int64_t)t->itemsize) {
         PyErr_Format(PyExc_ValueError, "%s: %s must have a contiguous last (head_size) dimension; got a stride of "
                      "%lld bytes", FN, name, (long long)t->strides[t->ndim - 1]);
