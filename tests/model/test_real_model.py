@@ -43,7 +43,15 @@ def test_model_reads_english(smol):
     assert perplexity(smol.score(toks), np.asarray(toks)) < 30
 
 
-def test_calibrated_fp8_better_than_scale_one(smol):
+def test_fp8_calibration_on_smollm2(smol):
+    # Measured (spec): SmolLM2's K amax <= 22 and V amax <= 13, all inside e4m3's
+    # normal range at scale 1.0, and e4m3's relative step is the same across that
+    # range, so calibrated scales are NOT measurably better than 1.0 on this
+    # model (mean KL 9.4e-3 vs 1.0e-2 on 512 tokens, within run-to-run noise).
+    # Asserted here only what is stable: calibration does no harm, fp8 stays
+    # close to the f32 KV run, and it is far from a deliberately bad scale.
+    # The "calibration beats 1.0" direction is asserted where it is real:
+    # tests/model/test_calibrate.py (K/V pushed out of the normal range).
     cal = calibrate_amax(smol, smol.tokenizer.encode(calibration_text())[:512], progress=False)
     toks = np.asarray(smol.tokenizer.encode(eval_text())[:256])
     ref = smol.score(toks, "float32")
@@ -52,7 +60,10 @@ def test_calibrated_fp8_better_than_scale_one(smol):
     lay = compare(ref, smol.score(toks, "fp8_e4m3", k_scale=ks, v_scale=vs))
     ksh, vsh = cal.scales(True)
     head = compare(ref, smol.score(toks, "fp8_e4m3", k_scale=ksh, v_scale=vsh))
-    print(f"mean KL: scale 1.0 {one['mean_kl']:.3e}, per-layer {lay['mean_kl']:.3e}, per-head {head['mean_kl']:.3e}")
-    assert lay["mean_kl"] < 0.5 * one["mean_kl"]
-    assert head["mean_kl"] <= 1.1 * lay["mean_kl"]
-    assert lay["top1_agreement"] >= 0.97
+    bad = compare(ref, smol.score(toks, "fp8_e4m3", k_scale=ks / 64, v_scale=vs / 64))  # saturates
+    print(f"mean KL: scale 1.0 {one['mean_kl']:.3e}, per-layer {lay['mean_kl']:.3e}, "
+          f"per-head {head['mean_kl']:.3e}, amax/64 {bad['mean_kl']:.3e}")
+    assert lay["mean_kl"] <= 1.5 * one["mean_kl"] and head["mean_kl"] <= 1.5 * lay["mean_kl"]
+    assert bad["mean_kl"] > 10 * lay["mean_kl"]
+    for r in (one, lay, head):
+        assert r["top1_agreement"] >= 0.93 and r["mean_kl"] < 0.03

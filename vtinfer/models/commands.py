@@ -10,7 +10,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from vtinfer.models.demo import format_report, main_json, plot_quant_error, run_demo
 
     r = run_demo(args.model, eval_tokens=args.eval_tokens, gen_tokens=args.gen_tokens,
-                 calib_tokens=args.calib_tokens, kv_cache_memory=args.kv_cache_memory, quiet=args.json)
+                 calib_tokens=args.calib_tokens, kv_cache_memory=args.kv_cache_memory, quiet=args.json,
+                 num_threads=args.num_threads, blas_threads=args.blas_threads)
     if args.plot:
         plot_quant_error(r, args.plot)
     print(main_json(r) if args.json else format_report(r))
@@ -60,6 +61,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--gen-tokens", type=int, default=32, help="tokens generated per run (default 32)")
     d.add_argument("--calib-tokens", type=int, default=1024, help="calibration tokens (default 1024)")
     d.add_argument("--kv-cache-memory", default="64MiB", help="memory budget for the cache plan (default 64MiB)")
+    d.add_argument("--num-threads", type=int, default=None,
+                   help="threads for vtinfer's store/attention kernels (default: VTINFER_NUM_THREADS or all CPUs)")
+    d.add_argument("--blas-threads", type=int, default=1, help="threads for NumPy's BLAS matmuls (default 1)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.add_argument("--plot", metavar="OUT.png", default=None, help="plot per-layer K/V fp8 error (matplotlib)")
     d.set_defaults(func=_cmd_demo)

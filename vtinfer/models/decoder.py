@@ -113,6 +113,9 @@ class Decoder:
         Threads NumPy's BLAS may use for the matmuls (default 1, see
         :mod:`vtinfer.models.blas`; None leaves the BLAS pool alone).
         vtinfer's own kernels use their own pool.
+    num_threads : int or None
+        Threads for vtinfer's store and attention kernels in new sessions
+        (None: ``VTINFER_NUM_THREADS`` or the CPU affinity count).
     """
 
     def __init__(self, config: DecoderConfig, weights: dict[str, np.ndarray], tokenizer: Any = None,
@@ -121,6 +124,7 @@ class Decoder:
         self.name = name
         self.tokenizer = tokenizer
         self.blas_threads: int | None = 1
+        self.num_threads: int | None = None
 
         def w(key: str) -> np.ndarray:
             if key not in weights:
@@ -181,7 +185,8 @@ class Decoder:
         k_scale, v_scale : float or array_like
             Scalar, ``[num_layers]`` or ``[num_layers, num_kv_heads]``.
         """
-        return Session(self, kv_cache_dtype, max_tokens, block_size, k_scale, v_scale, num_threads)
+        return Session(self, kv_cache_dtype, max_tokens, block_size, k_scale, v_scale,
+                       self.num_threads if num_threads is None else num_threads)
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """Final norm and LM head on hidden states ``[n, hidden]`` -> ``[n, vocab]`` float32."""

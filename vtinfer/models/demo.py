@@ -82,7 +82,8 @@ def _quant_error(samples: dict[int, tuple[np.ndarray, np.ndarray]], scales: dict
 
 
 def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens: int = 32,
-             calib_tokens: int = 1024, kv_cache_memory: str = "64MiB", quiet: bool = False) -> dict[str, Any]:
+             calib_tokens: int = 1024, kv_cache_memory: str = "64MiB", quiet: bool = False,
+             num_threads: int | None = None, blas_threads: int | None = 1) -> dict[str, Any]:
     """Run the demo and return its JSON-able result (see the module docs)."""
     import vtinfer as vt
     from vtinfer.models.decoder import Decoder
@@ -109,6 +110,7 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     else:
         mdir = Path(model_dir)
     model = Decoder.from_pretrained(mdir)
+    model.num_threads, model.blas_threads = num_threads, blas_threads
     if model.tokenizer is None:
         raise ValueError(f"vtinfer demo: {mdir} must have a tokenizer.json (or a vocabulary of >= 256 for bytes)")
     layer_dir, head_dir, _ = _calibrated_dirs(mdir, model, calib_tokens, quiet)
@@ -184,6 +186,8 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         "reference_ppl": runs[0]["ppl"],
         "runs": runs,
         "kv_quant_error": qerr,
+        "num_threads": num_threads,
+        "blas_threads": blas_threads,
         "seconds": time.perf_counter() - t_start,
     }
 
