@@ -99,8 +99,8 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
 /* ---- the plan: tiles, splits and scratch layout ---- */
 
 typedef struct plan {
-    int G, qt;           /* heads per group, queries per tile */
-    size_t rows;         /* qt * G */
+    int G, qt, gt;       /* heads per group, queries per tile, groups per tile */
+    size_t rows;         /* qt * G * gt */
     int nth;
     size_t work_floats;  /* per thread */
     size_t part_floats;  /* per partial: rows * (D + 2) */
@@ -119,7 +119,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int64_t seq_tiles(const vt_attn_params *p, const plan *pl, int b) {
     int64_t ql = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
-    return cdiv(ql, pl->qt) * p->num_kv_heads;
+    return cdiv(ql, pl->qt) * cdiv(p->num_kv_heads, pl->gt);
 }
 
 /* Splits of sequence b: only when the tiles alone give the threads too
@@ -135,8 +135,18 @@ static int32_t seq_splits(const vt_attn_params *p, const plan *pl, int64_t total
 static vt_status make_plan(const vt_attn_params *p, int nth, plan *pl, void *scratch, vt_error *err) {
     pl->nth = nth < 1 ? 1 : (nth > VT_MAX_THREADS ? VT_MAX_THREADS : nth);
     pl->G = p->num_heads / p->num_kv_heads;
+    /* queries per tile: up to ROWS_TARGET rows, never more than the longest
+     * query run; then as many KV-head groups as fit VT_ATTN_ROWS_MAX rows,
+     * so a tile walks each cache page once for all its heads */
+    int64_t qmax = 1;
+    for (int b = 0; b < p->batch; b++)
+        if (p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b] > qmax) qmax = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
     pl->qt = pl->G >= ROWS_TARGET ? 1 : ROWS_TARGET / pl->G;
-    pl->rows = (size_t)pl->qt * (size_t)pl->G;
+    if (pl->qt > qmax) pl->qt = (int)qmax;
+    pl->gt = VT_ATTN_ROWS_MAX / (pl->qt * pl->G);
+    if (pl->gt < 1) pl->gt = 1;
+    if (pl->gt > p->num_kv_heads) pl->gt = p->num_kv_heads;
+    pl->rows = (size_t)pl->qt * (size_t)pl->G * (size_t)pl->gt;
     size_t D = (size_t)p->head_size;
     pl->work_floats = (vt_attn_work_floats(pl->rows, D) + 15) & ~(size_t)15;
     pl->part_floats = (pl->rows * (D + 2) + 15) & ~(size_t)15;
@@ -214,7 +224,8 @@ static void item_at(const vt_attn_params *p, const plan *pl, int64_t idx, vt_att
     r /= ns;
     int64_t qt = r % n_qt;
     it->b = b;
-    it->g = (int)(r / n_qt);
+    it->g = (int)(r / n_qt) * pl->gt;
+    it->ng = p->num_kv_heads - it->g < pl->gt ? p->num_kv_heads - it->g : pl->gt;
     it->q_len = q_len;
     it->k_len = p->seqused_k[b];
     it->q_tok0 = p->cu_seqlens_q[b];
@@ -234,8 +245,6 @@ static void item_at(const vt_attn_params *p, const plan *pl, int64_t idx, vt_att
     if (ke > z) ke = z;
     it->kb = kb;
     it->ke = ke;
-    float kd = p->k_descale ? p->k_descale[b * p->k_descale_stride_b + it->g * p->k_descale_stride_h] : 1.0f;
-    it->logit_mul = p->softmax_scale * kd;
 }
 
 static void store_row(const vt_attn_params *p, int64_t tok, int h, const float *x, float mul) {
@@ -256,16 +265,18 @@ static void store_row(const vt_attn_params *p, int64_t tok, int h, const float *
 /* Merge the ns partials of a tile (ns == 1: just one), add the sink,
  * normalise and write out and lse. acc of part 0 is reused as the sum. */
 static void finish_tile(const vt_attn_params *p, const plan *pl, const vt_attn_item *it, float *part0, int32_t ns) {
-    size_t D = (size_t)p->head_size, rows = (size_t)it->nq * (size_t)pl->G;
-    float vd = p->v_descale ? p->v_descale[it->b * p->v_descale_stride_b + it->g * p->v_descale_stride_h] : 1.0f;
+    size_t D = (size_t)p->head_size, rg = (size_t)it->nq * (size_t)pl->G, rows = rg * (size_t)it->ng;
     for (size_t r = 0; r < rows; r++) {
+        int g = it->g + (int)(r / rg);
+        size_t lr = r % rg;
+        float vd = p->v_descale ? p->v_descale[it->b * p->v_descale_stride_b + g * p->v_descale_stride_h] : 1.0f;
         float *m0 = part0, *l0 = part0 + pl->rows, *a0 = part0 + 2 * pl->rows + r * D;
         float M = m0[r];
         for (int32_t c = 1; c < ns; c++) {
             const float *pc = part0 + (size_t)c * pl->part_floats;
             if (pc[r] > M) M = pc[r];
         }
-        int h = it->g * pl->G + (int)(r % (size_t)pl->G);
+        int h = g * pl->G + (int)(lr % (size_t)pl->G);
         float sink = p->s_aux ? p->s_aux[h] : -INFINITY;
         float Mt = M > sink ? M : sink;
         float L = 0.0f;
@@ -285,7 +296,7 @@ static void finish_tile(const vt_attn_params *p, const plan *pl, const vt_attn_i
             for (size_t d = 0; d < D; d++) a0[d] = 0.0f;
         }
         if (p->s_aux) L += expf(sink - Mt);
-        int64_t tok = it->q_tok0 + it->q0 + (int64_t)(r / (size_t)pl->G);
+        int64_t tok = it->q_tok0 + it->q0 + (int64_t)(lr / (size_t)pl->G);
         store_row(p, tok, h, a0, L > 0.0f ? vd / L : 0.0f);
         if (p->lse) p->lse[h * p->lse_stride_head + tok * p->lse_stride_tok] = L > 0.0f ? Mt + logf(L) : -INFINITY;
     }

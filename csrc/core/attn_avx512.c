@@ -1,22 +1,46 @@
 /* AVX-512 attention tile (F+BW+VL+DQ; per-function target attributes).
  *
- * Keys are taken in blocks of up to 16: each K/V row of the block is read
- * once and decoded to float32 in an L1 buffer (fp8 by the exact fp8->fp16
- * bit map: e5m2 is fp16's top byte; e4m3 maps to fp16 at 2^-8 of its value,
- * the 2^8 folded into the logit multiplier and the final V factor, which
- * keeps power-of-two scales exact), then every row of the tile (all heads
- * of the KV-head group, all queries of the tile) takes its logits from the
- * buffer, so K/V bytes are read once per group. The online softmax runs on
- * 16 logits at a time (vector exp/tanh, cephes-style polynomials). */
+ * Keys are taken in blocks of 16. Each K row is decoded in registers, 32
+ * elements at a time, and multiplied into one accumulator per row of the
+ * tile (all heads of the KV-head group, all queries of the tile), so every
+ * K byte is read once per group; the 16 per-key partial vectors of a row
+ * are then folded into one vector of 16 logits by a transpose-reduce
+ * (4 levels of permute + add), and the online softmax runs on those 16
+ * logits at once (vector exp/tanh, cephes-style polynomials).
+ *
+ * Decoding keeps every value exact: bf16 splits a 32-bit lane into its
+ * even element (x << 16) and odd element (x & 0xffff0000), so a 32-element
+ * chunk becomes two vectors (evens, odds); fp8 codes map through a 128-entry
+ * magnitude -> bf16 table (every e4m3fn/e5m2 value, subnormals, inf and NaN
+ * included, is a bf16 value) held in four registers (vpermt2w), then take
+ * the bf16 path. The query rows and the accumulators are kept in that same
+ * permuted order (q permuted once per tile, the accumulator un-permuted
+ * once at the end), so no shuffle is spent on the data order. V rows are
+ * decoded once per block into an L1 buffer; P V keeps a row's accumulator
+ * in registers. The next block's K/V rows are prefetched. */
 #include "attn_internal.h"
 
 #if VT_X86
 #include <immintrin.h>
 
 #define T VT_TARGET_AVX512
+#define AI __attribute__((always_inline)) inline
+#define VT_PRAGMA(x) _Pragma(#x)
+#define VT_UNROLL VT_PRAGMA(GCC unroll 16)
 #define KB 16
+#define CH 32 /* elements decoded per chunk: two vectors */
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 4 /* prefetch distance in key blocks */
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 
-T static inline __m512 exp16(__m512 x) {
+typedef struct fp8tab {
+    __m512i t0, t1, t2, t3; /* bf16 bits of magnitudes 0-31, 32-63, 64-95, 96-127 */
+} fp8tab;
+
+T static AI __m512 exp16(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -32,7 +56,7 @@ T static inline __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(y, n);
 }
 
-T static inline __m512 tanh16(__m512 x) {
+T static AI __m512 tanh16(__m512 x) {
     __m512 ax = _mm512_abs_ps(x);
     __m512 z = _mm512_mul_ps(x, x);
     __m512 p = _mm512_set1_ps(-5.70498872745E-3f);
@@ -49,152 +73,301 @@ T static inline __m512 tanh16(__m512 x) {
     return _mm512_mask_mov_ps(big, use_small, small);
 }
 
-/* Decode one row of n elements (16-lane chunks, tail masked) to float32.
- * fp8 rows come out at 2^-8 (e4m3) or 1 (e5m2) times their value. */
-T static void decode_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512 x;
-        if (dt == VT_DTYPE_F32) {
-            x = _mm512_maskz_loadu_ps(m, src + 4 * i);
-        } else if (dt == VT_DTYPE_F16) {
-            x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + 2 * i));
-        } else if (dt == VT_DTYPE_BF16) {
-            x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + 2 * i)), 16));
-        } else {
-            __m256i w = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, src + i));
-            if (dt == VT_DTYPE_FP8_E5M2) {
-                w = _mm256_slli_epi16(w, 8);
-            } else {
-                __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
-                __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
-                                            _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
-                __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F));
-                w = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7E00));
+/* Position, within its 32-element chunk, that element e of the chunk takes
+ * after decoding: bf16 and fp8 split evens (lanes 0-15) from odds (16-31);
+ * float32 and float16 keep their order. */
+static inline int chunk_pos(vt_dtype dt, int e) {
+    if (dt == VT_DTYPE_F32 || dt == VT_DTYPE_F16) return e;
+    return (e & 1) * 16 + (e >> 1);
+}
+
+/* Decode the 32-element chunk at src (elements past `m` read as 0) into
+ * two float32 vectors, exactly, in chunk_pos order. */
+T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8tab *tb, __m512 *a, __m512 *b) {
+    __m512i x;
+    if (dt == VT_DTYPE_F32) {
+        *a = _mm512_maskz_loadu_ps((__mmask16)m, src);
+        *b = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), src + 64);
+        return;
+    }
+    if (dt == VT_DTYPE_F16) {
+        x = _mm512_maskz_loadu_epi16(m, src);
+        *a = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
+        *b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
+        return;
+    }
+    if (dt == VT_DTYPE_BF16) {
+        x = _mm512_maskz_loadu_epi16(m, src);
+    } else {
+        __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src));
+        __m512i lo = _mm512_permutex2var_epi16(tb->t0, w, tb->t1); /* index bits 0-5 */
+        __m512i hi = _mm512_permutex2var_epi16(tb->t2, w, tb->t3);
+        x = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40)), lo, hi);
+        /* sign: bit 7 of the code -> bit 15 (x | (w << 8 & 0x8000)) */
+        x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000), 0xF8);
+    }
+    *a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* Fold 16 vectors x[j] into one whose lane j is the sum of x[j]'s lanes. */
+T static AI __m512 reduce16(const float *s) {
+    __m512 y[8], z[4], w[2];
+    VT_UNROLL
+    for (int k = 0; k < 8; k++) {
+        __m512 x0 = _mm512_loadu_ps(s + 32 * k), x1 = _mm512_loadu_ps(s + 32 * k + 16);
+        __m512 p = _mm512_mask_permute_ps(x0, 0xAAAA, x1, _MM_SHUFFLE(2, 3, 0, 1));
+        __m512 q = _mm512_mask_permute_ps(x1, 0x5555, x0, _MM_SHUFFLE(2, 3, 0, 1));
+        y[k] = _mm512_add_ps(p, q);
+    }
+    for (int k = 0; k < 4; k++) {
+        __m512 p = _mm512_mask_permute_ps(y[2 * k], 0xCCCC, y[2 * k + 1], _MM_SHUFFLE(1, 0, 3, 2));
+        __m512 q = _mm512_mask_permute_ps(y[2 * k + 1], 0x3333, y[2 * k], _MM_SHUFFLE(1, 0, 3, 2));
+        z[k] = _mm512_add_ps(p, q);
+    }
+    for (int k = 0; k < 2; k++) {
+        __m512 p = _mm512_mask_shuffle_f32x4(z[2 * k], 0xF0F0, z[2 * k + 1], z[2 * k + 1], _MM_SHUFFLE(2, 3, 0, 1));
+        __m512 q = _mm512_mask_shuffle_f32x4(z[2 * k + 1], 0x0F0F, z[2 * k], z[2 * k], _MM_SHUFFLE(2, 3, 0, 1));
+        w[k] = _mm512_add_ps(p, q);
+    }
+    __m512 p = _mm512_mask_shuffle_f32x4(w[0], 0xFF00, w[1], w[1], _MM_SHUFFLE(1, 0, 3, 2));
+    __m512 q = _mm512_mask_shuffle_f32x4(w[1], 0x00FF, w[0], w[0], _MM_SHUFFLE(1, 0, 3, 2));
+    return _mm512_add_ps(p, q);
+}
+
+static inline __mmask32 chunk_mask(int D, int c) {
+    int left = D - c * CH;
+    return left >= CH ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
+}
+
+/* Partial dot products of R rows (R a constant after inlining) with the nk
+ * keys at kp[]: S[(r * 16 + jj) * 16 ...] = 16 lane partials of q_r . K_jj. */
+T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
+                         const uint8_t *const *kp, int nk, float *S) {
+    const int NC = Dp / CH;
+    for (int jj = 0; jj < nk; jj++) {
+        __m512 s0[8], s1[8];
+        VT_UNROLL
+        for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
+        for (int c = 0; c < NC; c++) {
+            __m512 ka, kb;
+            dec32(dt, kp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), tb, &ka, &kb);
+            VT_UNROLL
+            for (int r = 0; r < R; r++) {
+                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
+                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH + 16), kb, s1[r]);
             }
-            x = _mm512_cvtph_ps(w);
         }
-        _mm512_storeu_ps(dst + i, x);
+        VT_UNROLL
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(S + (r * KB + jj) * 16, _mm512_add_ps(s0[r], s1[r]));
     }
 }
 
-T static inline float dot_row(const float *a, const float *b, int D) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+T static void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
+                       const uint8_t *const *kp, int nk, float *S) {
+    switch (R) {
+    case 1: qk_rows(1, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    case 2: qk_rows(2, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    case 3: qk_rows(3, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    case 4: qk_rows(4, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    case 5: qk_rows(5, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    case 6: qk_rows(6, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    case 7: qk_rows(7, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    default: qk_rows(8, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
+    }
+}
+
+/* acc[0 .. 16*NV) = acc * alpha + sum_jj P[jj] V_jj (NV a constant after
+ * inlining), the accumulator held in registers. */
+T static AI void pv_vecs(const int NV, float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
+    __m512 a[16];
+    const __m512 al = _mm512_set1_ps(alpha);
+    VT_UNROLL
+    for (int v = 0; v < NV; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
+    for (int jj = 0; jj < nk; jj++) {
+        if (P[jj] == 0.0f) continue;
+        __m512 pb = _mm512_set1_ps(P[jj]);
+        const float *vr = vbuf + (size_t)jj * Dp;
+        VT_UNROLL
+        for (int v = 0; v < NV; v++) a[v] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vr + 16 * v), a[v]);
+    }
+    VT_UNROLL
+    for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
+}
+
+T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
     int d = 0;
-    for (; d + 32 <= D; d += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16), _mm512_loadu_ps(b + d + 16), s1);
+    for (; Dp - d >= 256; d += 256) pv_vecs(16, acc + d, alpha, P, vbuf + d, Dp, nk);
+    if (Dp - d >= 128) pv_vecs(8, acc + d, alpha, P, vbuf + d, Dp, nk), d += 128;
+    if (Dp - d >= 64) pv_vecs(4, acc + d, alpha, P, vbuf + d, Dp, nk), d += 64;
+    if (Dp - d >= 32) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
+}
+
+/* Byte offsets (page and in-page, no head) of the keys [j, j + n) of
+ * sequence b in K and V, walking the block table without a division per key. */
+static inline void key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n, int64_t *ko,
+                               int64_t *vo) {
+    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
+    int64_t pi = j / p->block_size, off = j % p->block_size;
+    for (int i = 0; i < n; i++) {
+        int64_t page = bt[pi];
+        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
+        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
+        if (++off == p->block_size) off = 0, pi++;
     }
-    for (; d < D; d += 16) {
-        __mmask16 m = D - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (D - d)) - 1u);
-        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), s0);
+}
+
+/* Prefetch the K and V rows of the keys at offsets ko/vo for ng heads. */
+T static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,
+                            int row_bytes) {
+    const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
+    const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
+    for (int i = 0; i < n; i++)
+        for (int gi = 0; gi < ng; gi++)
+            for (int o = 0; o < row_bytes; o += 64) {
+                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, PF_HINT);
+                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, PF_HINT);
+            }
+}
+
+T static void load_q(const vt_attn_params *p, const uint8_t *src, float *dst, int n) {
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        switch (p->q_dtype) {
+        case VT_DTYPE_F32: memcpy(&dst[i], src + 4 * i, 4); break;
+        case VT_DTYPE_F16: memcpy(&h, src + 2 * i, 2), dst[i] = vt_f16_to_f32(h); break;
+        default: memcpy(&h, src + 2 * i, 2), dst[i] = vt_bf16_to_f32(h); break;
+        }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
 T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                            float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
-    const int Dp = (D + 15) & ~15;
-    const int64_t rows = it->nq * G;
-    const int fp8_e4m3 = p->kv_dtype == VT_DTYPE_FP8_E4M3;
-    const float kf = fp8_e4m3 ? 256.0f : 1.0f;
-    float *qf = work;                       /* rows * D */
-    float *sb = qf + rows * D;              /* rows * 16 probabilities */
-    float *kbuf = sb + rows * 16;           /* KB * Dp (the work size allows 4*D + rows*48 + 256) */
-    float *vbuf = kbuf + KB * Dp;
-    for (int64_t r = 0; r < rows; r++) {
-        int h = it->g * G + (int)(r % G);
-        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + r / G) * p->q_stride_tok +
+    const int Dp = (D + CH - 1) / CH * CH;
+    const int rg = (int)(it->nq * G); /* rows per group */
+    const int rows = rg * it->ng;
+    const vt_dtype dt = p->kv_dtype;
+    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    float *qp = work;                    /* rows * Dp, permuted */
+    float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
+    float *S = ap + (size_t)rows * Dp;   /* rg * 16 * 16 partial dots (one group at a time) */
+    float *P = S + (size_t)rg * KB * 16; /* rg * 16 weights */
+    float *vbuf = P + (size_t)rg * KB;   /* KB * Dp decoded V rows */
+    float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
+    float *alpha = tmp + Dp;             /* rg */
+    fp8tab tb;
+    if (vt_fp8_index(dt) >= 0) {
+        const float *t = vt_fp8_decode_table(dt);
+        __m512i h[8];
+        for (int i = 0; i < 8; i++) h[i] = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(t + 16 * i)), 16);
+        tb.t0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[0])), _mm512_cvtepi32_epi16(h[1]), 1);
+        tb.t1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[2])), _mm512_cvtepi32_epi16(h[3]), 1);
+        tb.t2 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[4])), _mm512_cvtepi32_epi16(h[5]), 1);
+        tb.t3 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[6])), _mm512_cvtepi32_epi16(h[7]), 1);
+    } else {
+        tb.t0 = tb.t1 = tb.t2 = tb.t3 = _mm512_setzero_si512();
+    }
+    for (int r = 0; r < rows; r++) {
+        int g = it->g + r / rg, lr = r % rg;
+        int h = g * G + lr % G;
+        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
-        decode_row(p->q_dtype, src, qf + r * D, D);
+        load_q(p, src, tmp, D);
+        float *qr = qp + (size_t)r * Dp;
+        memset(qr, 0, (size_t)Dp * 4);
+        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
+        for (int d = 0; d < D; d++) qr[(d / CH) * CH + chunk_pos(dt, d % CH)] = tmp[d];
         m[r] = -INFINITY;
         l[r] = 0.0f;
-        memset(acc + r * D, 0, (size_t)D * 4);
     }
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = it->k_len - it->q_len;
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
-    const __m512 mul = _mm512_set1_ps(it->logit_mul * kf);
     const float cap = p->softcap;
     const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int NC = Dp / CH;
+    int64_t ko[KB], vo[KB];
+    const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
-        for (int jj = 0; jj < nk; jj++) {
-            decode_row(p->kv_dtype,
-                       vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, it->g, j0 + jj),
-                       kbuf + jj * Dp, D);
-            decode_row(p->kv_dtype,
-                       vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, it->g, j0 + jj),
-                       vbuf + jj * Dp, D);
+        int64_t jp = j0 + PF_BLOCKS * KB;
+        if (jp < it->ke) {
+            int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
+            key_offsets(p, it, jp, nn, ko, vo);
+            prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz);
         }
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t qi = r / G;
-            float *pr = sb + r * 16;
-            if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
-                memset(pr, 0, 64);
-                continue;
+        key_offsets(p, it, j0, nk, ko, vo);
+        const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
+        for (int gi = 0; gi < it->ng; gi++) {
+            const int g = it->g + gi;
+            const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
+            const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
+            for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
+            float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
+            float *mg = m + gi * rg, *lg = l + gi * rg;
+            const __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            /* logits: K decoded once per 8 rows */
+            for (int r0 = 0; r0 < rg; r0 += 8) {
+                int R = rg - r0 < 8 ? rg - r0 : 8;
+                qk_group(R, dt, &tb, qg + (size_t)r0 * Dp, Dp, D, esz, kp, nk, S + (size_t)r0 * KB * 16);
             }
-            float sv[16];
-            for (int jj = 0; jj < nk; jj++) sv[jj] = dot_row(qf + r * D, kbuf + jj * Dp, D);
-            __mmask16 valid = (__mmask16)((1u << nk) - 1u);
-            __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, sv), mul);
-            if (cap > 0.0f)
-                s = _mm512_mul_ps(_mm512_set1_ps(cap), tanh16(_mm512_div_ps(s, _mm512_set1_ps(cap))));
-            __m512 jpos = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - lo[qi])));
-            __mmask16 vis = valid & _mm512_cmp_ps_mask(jpos, _mm512_setzero_ps(), _CMP_GE_OQ) &
-                            _mm512_cmp_ps_mask(jpos, _mm512_set1_ps((float)(hi[qi] - lo[qi])), _CMP_LT_OQ);
-            if (p->alibi_slopes) {
-                float slope = p->alibi_slopes[it->g * G + (int)(r % G)];
-                __m512 dist = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - (base + it->q0 + qi))));
-                s = _mm512_fnmadd_ps(_mm512_set1_ps(slope), _mm512_abs_ps(dist), s);
-            }
-            float bm = _mm512_mask_reduce_max_ps(vis, s);
-            if (vis == 0) {
-                memset(pr, 0, 64);
-                continue;
-            }
-            float mn = bm > m[r] ? bm : m[r];
-            float alpha = m[r] - mn < -60.0f ? 0.0f : expf(m[r] - mn); /* m = -inf: 0 */
-            /* Weights below e^-60 are flushed to 0: their share of the sum is
-             * < 1e-21 of it, and their products with V would be subnormal
-             * (a microcode assist on every FMA). */
-            __m512 x = _mm512_sub_ps(s, _mm512_set1_ps(mn));
-            vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_GE_OQ);
-            __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
-            l[r] = l[r] * alpha + _mm512_reduce_add_ps(e);
-            m[r] = mn;
-            _mm512_storeu_ps(pr, e);
-            if (alpha != 1.0f) {
-                __m512 a = _mm512_set1_ps(alpha);
-                float *ar = acc + r * D;
-                for (int d = 0; d < D; d += 16) {
-                    __mmask16 mk = D - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (D - d)) - 1u);
-                    _mm512_mask_storeu_ps(ar + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, ar + d), a));
+            if (nk < KB)
+                for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 16, 0, (size_t)(KB - nk) * 64);
+            for (int jj = 0; jj < nk; jj++)
+                for (int c = 0; c < NC; c++) {
+                    __m512 va, vb2;
+                    dec32(dt, vp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), &tb, &va, &vb2);
+                    _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
+                    _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
                 }
+            for (int r = 0; r < rg; r++) {
+                int64_t qi = r / G;
+                float *pr = P + (size_t)r * KB;
+                alpha[r] = 1.0f;
+                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
+                    memset(pr, 0, KB * 4);
+                    continue;
+                }
+                __m512 sc = _mm512_mul_ps(reduce16(S + (size_t)r * KB * 16), mul);
+                if (cap > 0.0f)
+                    sc = _mm512_mul_ps(_mm512_set1_ps(cap), tanh16(_mm512_div_ps(sc, _mm512_set1_ps(cap))));
+                __m512 jpos = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - lo[qi])));
+                __mmask16 vis = valid & _mm512_cmp_ps_mask(jpos, _mm512_setzero_ps(), _CMP_GE_OQ) &
+                                _mm512_cmp_ps_mask(jpos, _mm512_set1_ps((float)(hi[qi] - lo[qi])), _CMP_LT_OQ);
+                if (p->alibi_slopes) {
+                    float slope = p->alibi_slopes[g * G + r % G];
+                    __m512 dist = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - (base + it->q0 + qi))));
+                    sc = _mm512_fnmadd_ps(_mm512_set1_ps(slope), _mm512_abs_ps(dist), sc);
+                }
+                if (vis == 0) {
+                    memset(pr, 0, KB * 4);
+                    continue;
+                }
+                float bm = _mm512_mask_reduce_max_ps(vis, sc);
+                float mn = bm > mg[r] ? bm : mg[r];
+                /* Weights below e^-60 are flushed to 0: their share of the sum is
+                 * < 1e-21 of it, and their products with V would be subnormal
+                 * (a microcode assist on every FMA). m = -inf gives alpha 0. */
+                alpha[r] = mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn);
+                __m512 x = _mm512_sub_ps(sc, _mm512_set1_ps(mn));
+                vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_GE_OQ);
+                __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
+                lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
+                mg[r] = mn;
+                _mm512_storeu_ps(pr, e);
             }
-        }
-        /* P V: each V chunk loaded once per row from L1, accumulators in registers */
-        for (int d = 0; d < D; d += 16) {
-            __mmask16 mk = D - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (D - d)) - 1u);
-            for (int64_t r = 0; r < rows; r++) {
-                const float *pr = sb + r * 16;
-                float *ar = acc + r * D + d;
-                __m512 a = _mm512_maskz_loadu_ps(mk, ar);
-                for (int jj = 0; jj < nk; jj++)
-                    a = _mm512_fmadd_ps(_mm512_set1_ps(pr[jj]), _mm512_loadu_ps(vbuf + jj * Dp + d), a);
-                _mm512_mask_storeu_ps(ar, mk, a);
+            for (int r = 0; r < rg; r++) {
+                const float *pr = P + (size_t)r * KB;
+                if (alpha[r] == 1.0f &&
+                    _mm512_cmp_ps_mask(_mm512_loadu_ps(pr), _mm512_setzero_ps(), _CMP_NEQ_UQ) == 0)
+                    continue;
+                pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
             }
         }
     }
-    if (fp8_e4m3) {
-        const __m512 f = _mm512_set1_ps(256.0f);
-        for (int64_t r = 0; r < rows; r++)
-            for (int d = 0; d < D; d += 16) {
-                __mmask16 mk = D - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (D - d)) - 1u);
-                _mm512_mask_storeu_ps(acc + r * D + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, acc + r * D + d), f));
-            }
-    }
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
 }
 
 #endif /* VT_X86 */

@@ -9,21 +9,31 @@
 #include "vt_internal.h"
 #include "vtinfer/attention.h"
 
-/* Most queries in one tile (a tile holds at most max(16, G) rows). */
+/* Most queries in one tile; a tile holds at most max(VT_ATTN_ROWS_MAX, G) rows. */
 #define VT_ATTN_QT_MAX 16
+#define VT_ATTN_ROWS_MAX 64
 
-/* One unit of work: the rows (query x head of one KV-head group) of a query
- * tile against the keys [kb, ke) of one sequence. Row r is query q0 + r / G
- * (within the sequence) and head g * G + r % G. */
+/* One unit of work: the rows (query x head) of a query tile and of the
+ * KV-head groups [g, g + ng) against the keys [kb, ke) of one sequence.
+ * Row r belongs to group g + r / (nq * G); within its group, local row
+ * lr = r % (nq * G) is query q0 + lr / G (within the sequence) and head
+ * (its group) * G + lr % G. Several groups share a tile so that a kernel
+ * can walk each page of the cache once for all of them (NHD pages hold
+ * every head of a token together). */
 typedef struct vt_attn_item {
-    int b, g;
+    int b, g, ng;
     int64_t q0, nq;    /* queries [q0, q0 + nq) of the sequence */
     int64_t kb, ke;    /* keys [kb, ke) */
     int64_t q_len, k_len, q_tok0; /* q_tok0: cu_seqlens_q[b] */
-    float logit_mul;   /* softmax_scale * k_descale[b, g] */
 } vt_attn_item;
 
-/* A tile kernel writes, for each of the it->nq * G rows, the running max m,
+/* Logit multiplier of KV head g of sequence b: softmax_scale * k_descale[b, g]. */
+static inline float vt_attn_logit_mul(const vt_attn_params *p, int b, int g) {
+    float kd = p->k_descale ? p->k_descale[b * p->k_descale_stride_b + g * p->k_descale_stride_h] : 1.0f;
+    return p->softmax_scale * kd;
+}
+
+/* A tile kernel writes, for each of the it->ng * it->nq * G rows, the running max m,
  * the sum l of e^{s - m} and acc = sum e^{s - m} V (true decoded units, no
  * v_descale), over the visible keys of [kb, ke); a row with no visible key
  * gets m = -inf, l = 0, acc = 0. `work` holds vt_attn_work_floats floats. */
@@ -32,7 +42,8 @@ typedef void (*vt_attn_tile_fn)(const vt_attn_params *p, const vt_attn_item *it,
 
 /* Floats of per-thread work any tile kernel may use for `rows` rows. */
 static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
-    return rows * head_size + rows * 64 + 32 * (head_size + 16) + 256;
+    size_t dp = (head_size + 31) & ~(size_t)31; /* head_size padded to 32 */
+    return 2 * rows * dp + rows * 320 + 17 * dp + 256;
 }
 
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,

@@ -29,15 +29,17 @@ static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
     }
 }
 
-void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                         float *acc) {
+/* The rows of KV-head group g (one group of the tile). */
+static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, float *work, float *m, float *l,
+                       float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
+    const float logit_mul = vt_attn_logit_mul(p, it->b, g);
     const int64_t rows = it->nq * G;
     float *qf = work, *kf = work + rows * D, *vf = kf + D;
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX]; /* per query of the tile */
     for (int64_t r = 0; r < rows; r++) {
         int64_t qi = r / G;
-        int h = it->g * G + (int)(r % G);
+        int h = g * G + (int)(r % G);
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + qi) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
         load_row(p->q_dtype, src, qf + r * D, D);
@@ -49,9 +51,9 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
     const float cap = p->softcap;
     for (int64_t j = it->kb; j < it->ke; j++) {
-        load_row(p->kv_dtype, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, it->g, j),
+        load_row(p->kv_dtype, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, g, j),
                  kf, D);
-        load_row(p->kv_dtype, vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, it->g, j),
+        load_row(p->kv_dtype, vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, g, j),
                  vf, D);
         for (int64_t r = 0; r < rows; r++) {
             int64_t qi = r / G;
@@ -59,11 +61,11 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
             const float *qr = qf + r * D;
             float s = 0.0f;
             for (int d = 0; d < D; d++) s += qr[d] * kf[d];
-            s *= it->logit_mul;
+            s *= logit_mul;
             if (cap > 0.0f) s = cap * tanhf(s / cap);
             if (p->alibi_slopes) {
                 int64_t dist = j - (base + it->q0 + qi);
-                s -= p->alibi_slopes[it->g * G + (int)(r % G)] * (float)(dist < 0 ? -dist : dist);
+                s -= p->alibi_slopes[g * G + (int)(r % G)] * (float)(dist < 0 ? -dist : dist);
             }
             float pj;
             if (s > m[r]) {
@@ -79,4 +81,11 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
             for (int d = 0; d < D; d++) acc[r * D + d] += pj * vf[d];
         }
     }
+}
+
+void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                         float *acc) {
+    const int64_t rg = it->nq * (p->num_heads / p->num_kv_heads); /* rows per group */
+    for (int gi = 0; gi < it->ng; gi++)
+        tile_group(p, it, it->g + gi, work, m + gi * rg, l + gi * rg, acc + gi * rg * p->head_size);
 }
