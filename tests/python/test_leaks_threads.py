@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import threading
 import tracemalloc
 from pathlib import Path
@@ -108,7 +109,10 @@ def test_no_growth_over_many_calls(tmp_path, name):
         tracemalloc.stop()
     # noise: allocator arenas and free lists; a per-call leak of 16 bytes is >= 1.6 MB (RSS) or
     # one object per call >= 640 KB (tracemalloc)
-    assert rss_growth < 1 << 20, f"{name}: RSS grew by {rss_growth} bytes over {n} calls"
+    # Under AddressSanitizer (.ci/sanitize_python preloads libasan) freed memory sits in a quarantine of
+    # up to 256 MB, so RSS grows without a leak: only tracemalloc is asserted there.
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        assert rss_growth < 1 << 20, f"{name}: RSS grew by {rss_growth} bytes over {n} calls"
     assert t1 - t0 < 64 << 10, f"{name}: tracemalloc grew by {t1 - t0} bytes over {min(n, TRACE_CALLS)} calls"
 
 
