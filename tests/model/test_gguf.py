@@ -37,8 +37,8 @@ def _byte_vocab():
     from tokenizers import pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + alphabet + ["Ġt", "he", "Ġthe"]
-    merges = ["Ġ t", "h e", "Ġt he"]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + alphabet + ["Ġt", "he", "Ġthe", "42"]
+    merges = ["Ġ t", "h e", "Ġt he", "4 2"]  # "42" exists, so only the digit pre-split keeps 4 and 2 apart
     types = [3, 3, 3] + [1] * (len(tokens) - 3)
     return tokens, merges, types
 
@@ -102,7 +102,7 @@ def write_gguf(path, src_dir, q8_names=()):
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf")
-    src = make_tiny_checkpoint(root / "src", seed=5, model_type="llama", vocab_size=262)
+    src = make_tiny_checkpoint(root / "src", seed=5, model_type="llama", vocab_size=263)
     cfg, expected = write_gguf(root / "m.gguf", src, q8_names=("blk.1.attn_k.weight", "blk.0.ffn_up.weight"))
     out = convert_gguf(root / "m.gguf", root / "out", progress=False)
     return src, cfg, expected, out
@@ -128,7 +128,7 @@ def test_weights_unpermuted_and_dequantized(converted):
 
 def test_converted_model_matches_source_model(converted):
     src, _, _, out = converted
-    toks = np.random.default_rng(0).integers(0, 262, 24)
+    toks = np.random.default_rng(0).integers(0, 263, 24)
     a = Decoder.from_pretrained(out).score(toks)
     cfg, w = refmodel.load(out)
     assert np.allclose(a, refmodel.forward(cfg, w, toks), atol=1e-4 * np.abs(a).max())
