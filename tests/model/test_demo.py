@@ -94,3 +94,22 @@ def test_cli_calibrate(tiny_dirs, tmp_path):
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["per_head"] is True and len(r["k_scale"]) == 2 and len(r["k_scale"][0]) == 2
+
+
+def test_json_is_strict(result):
+    from vtinfer.models.demo import main_json
+
+    r = dict(result)
+    r["runs"] = [dict(x) for x in result["runs"]]
+    r["runs"][0]["decode_tokens_per_s"] = float("nan")
+    back = json.loads(main_json(r))
+    assert back["runs"][0]["decode_tokens_per_s"] is None
+
+
+def test_plot(result, tmp_path):
+    pytest.importorskip("matplotlib")
+    from vtinfer.models.demo import plot_quant_error
+
+    plot_quant_error(result, str(tmp_path / "q.png"))
+    assert (tmp_path / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(result["kv_quant_error"]["calibrated"]["k"]) == 2  # one figure per layer

@@ -245,5 +245,16 @@ def plot_quant_error(r: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
 def main_json(r: dict[str, Any]) -> str:
-    return json.dumps(r, indent=2)
+    """Strict JSON (a non-finite figure, e.g. no decode step after an immediate EOS, becomes null)."""
+    return json.dumps(_finite(r), indent=2, allow_nan=False)
