@@ -292,15 +292,52 @@ static void test_scale_is_division(void) {
             uint8_t div = ref_encode(&REF_E4M3, x / s), mul = ref_encode(&REF_E4M3, x * (1.0f / s));
             if (div == mul) continue;
             found++;
-            uint8_t got[3] = {0, 0, 0};
-            float xs[3] = {x, x, x};
+            /* 67 copies: the SIMD main loops and their tails both see x */
+            uint8_t got[67];
+            float xs[67];
+            for (int i = 0; i < 67; i++) xs[i] = x;
             vt_error err;
-            CHECK(vt_fp8_quantize(xs, VT_DTYPE_F32, got, 3, s, VT_DTYPE_FP8_E4M3, 1, &err) == VT_OK, "quantize");
-            CHECK(got[0] == div, "x/scale must be a true division: x=%a s=%a got 0x%02x want 0x%02x (mul 0x%02x)",
-                  (double)x, (double)s, got[0], div, mul);
+            CHECK(vt_fp8_quantize(xs, VT_DTYPE_F32, got, 67, s, VT_DTYPE_FP8_E4M3, 1, &err) == VT_OK, "quantize");
+            for (int i = 0; i < 67; i++)
+                CHECK(got[i] == div, "x/scale must be a true division: x=%a s=%a got[%d] 0x%02x want 0x%02x (mul 0x%02x)",
+                      (double)x, (double)s, i, got[i], div, mul);
         }
     }
     CHECK(found == 3, "cases where x/s and x*(1/s) give different codes exist (found %d)", found);
+}
+
+/* Inputs whose quotient lands within 24 ulps of every fp8 midpoint (where
+ * the SIMD multiply-by-reciprocal shortcut must fall back to a division),
+ * for several non-power-of-two scales: every ISA against the scalar twin. */
+static void test_division_boundaries(void) {
+    const float scales[] = {0.37f, 3.1f, 0.3f, 1.0f / 3.0f, 448.0f / 3.0f, 7.0f, 0.1f, 1e-3f, 1e3f};
+    enum { OFFS = 24, MAXN = 2 * 128 * (2 * OFFS + 1) };
+    static float x[MAXN];
+    static uint8_t c0[MAXN], c1[MAXN];
+    for (int f = 0; f < 2; f++) {
+        const ref_fmt *rf = f ? &REF_E5M2 : &REF_E4M3;
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            float s = scales[si];
+            size_t n = 0;
+            for (int lo = 0; lo < rf->max_code; lo++) {
+                float m = (float)((rf->vals[lo] + rf->vals[lo + 1]) / 2);
+                float xm = m * s;
+                for (int k = -OFFS; k <= OFFS; k++) {
+                    uint32_t b = f32_bits(xm);
+                    x[n++] = bits_f32((uint32_t)((int64_t)b + k));
+                    x[n++] = -bits_f32((uint32_t)((int64_t)b + k));
+                }
+            }
+            size_t len = n - 5; /* not a multiple of 16: tails too */
+            isa_kernels[0].quant[VT_DTYPE_F32][f](x, c0, len, s);
+            for (int k = 1; k < isa_count; k++) {
+                isa_kernels[k].quant[VT_DTYPE_F32][f](x, c1, len, s);
+                for (size_t i = 0; i < len; i++)
+                    CHECK(c1[i] == c0[i], "midpoint neighbourhood: isa %d fmt %d scale %a x=%a: 0x%02x vs 0x%02x", k, f,
+                          (double)s, (double)x[i], c1[i], c0[i]);
+            }
+        }
+    }
 }
 
 static void test_bulk_api(void) {
@@ -370,6 +407,7 @@ int main(int argc, char **argv) {
     test_decode();
     test_half_sources();
     test_scale_is_division();
+    test_division_boundaries();
     test_bulk_api();
     run_sweep(full);
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
