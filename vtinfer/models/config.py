@@ -97,4 +97,10 @@ class DecoderConfig:
     @classmethod
     def from_dir(cls, path: str | os.PathLike) -> "DecoderConfig":
         p = Path(path) / "config.json"
-        return cls.from_dict(json.loads(p.read_text(encoding="utf-8")))
+        if not p.is_file():
+            raise FileNotFoundError(f"DecoderConfig: path must be a checkpoint directory with config.json; got '{path}'")
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+        try:
+            return cls.from_dict(cfg)
+        except KeyError as e:
+            raise ValueError(f"DecoderConfig: {p} must have {e.args[0]}; it does not") from None

@@ -128,7 +128,7 @@ class Decoder:
 
         def w(key: str) -> np.ndarray:
             if key not in weights:
-                raise KeyError(f"Decoder: the checkpoint must hold {key}; it does not")
+                raise ValueError(f"Decoder: weights must hold {key}; got none of that name")
             return np.ascontiguousarray(weights[key], dtype=np.float32)
 
         def opt(key: str) -> np.ndarray | None:
