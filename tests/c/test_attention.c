@@ -1,0 +1,360 @@
+/* Paged attention tests in plain C (no Python), run under ASan/UBSan by
+ * `make -C tests/c asan ubsan`.
+ *
+ *  1. vt_attn_varlen under every ISA the CPU has (scalar twin, AVX2,
+ *     AVX-512) and 1 or 3 threads against a float64 reference written here
+ *     from the semantics in attention.h (its own fp8/bf16/f16 decoders,
+ *     a plain loop over (token, head, key)), for every KV dtype, GQA 1/3/4,
+ *     head sizes 64/80/160, block sizes 5/16, mixed batches (decode and
+ *     prefill rows, k_len across page boundaries, long enough to split),
+ *     and the options (causal, window, softcap, ALiBi, sinks, per-head
+ *     descales). Every cache slot no sequence uses holds NaN, so a read
+ *     through a wrong block or past seqused_k shows;
+ *  2. refusals write nothing: a block id out of range, a descale <= 0, a
+ *     scratch buffer one byte short. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vtinfer/attention.h"
+#include "vtinfer/vtinfer.h"
+
+static int failures;
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            if (failures < 20) {                                     \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                fprintf(stderr, __VA_ARGS__);                        \
+                fputc('\n', stderr);                                 \
+            }                                                        \
+            failures++;                                              \
+        }                                                            \
+    } while (0)
+
+static uint32_t rng_state = 2024u;
+static double urand(void) { /* [0, 1) */
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (double)(rng_state >> 8) / 16777216.0;
+}
+static float nrand(void) { /* roughly normal */
+    return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7);
+}
+
+/* ---- decoders written here, independent of the library's codecs ---- */
+
+static double dec_fp8(int fmt_e4m3, unsigned c) {
+    int s = c >> 7, mag = c & 0x7F;
+    double v;
+    if (fmt_e4m3) {
+        int e = mag >> 3, m = mag & 7;
+        if (mag == 0x7F) return NAN;
+        v = e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
+    } else {
+        int e = mag >> 2, m = mag & 3;
+        if (e == 31) return m ? NAN : (s ? -INFINITY : INFINITY);
+        v = e == 0 ? ldexp(m, -16) : ldexp(4 + m, e - 17);
+    }
+    return s ? -v : v;
+}
+
+static double dec_f16(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : (e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25));
+    return s ? -v : v;
+}
+
+static double dec_elem(vt_dtype dt, const unsigned char *p) {
+    uint16_t h;
+    uint32_t u;
+    float f;
+    switch (dt) {
+    case VT_DTYPE_F32: memcpy(&f, p, 4); return f;
+    case VT_DTYPE_F16: memcpy(&h, p, 2); return dec_f16(h);
+    case VT_DTYPE_BF16:
+        memcpy(&h, p, 2);
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    default: return dec_fp8(dt == VT_DTYPE_FP8_E4M3, *p);
+    }
+}
+
+/* Encode x (already on the dtype's grid, or close) for storage. */
+static void enc_elem(vt_dtype dt, float x, unsigned char *p) {
+    uint16_t h;
+    switch (dt) {
+    case VT_DTYPE_F32: memcpy(p, &x, 4); break;
+    case VT_DTYPE_F16: h = vt_f16_from_f32(x); memcpy(p, &h, 2); break;
+    case VT_DTYPE_BF16: h = vt_bf16_from_f32(x); memcpy(p, &h, 2); break;
+    case VT_DTYPE_FP8_E4M3: *p = vt_fp8_e4m3_from_f32(x); break;
+    default: *p = vt_fp8_e5m2_from_f32(x); break;
+    }
+}
+
+static void put_nan(vt_dtype dt, unsigned char *p) {
+    float n = NAN;
+    uint16_t h = dt == VT_DTYPE_F16 ? 0x7E00 : 0x7FC0;
+    if (dt == VT_DTYPE_F32) memcpy(p, &n, 4);
+    else if (dt == VT_DTYPE_F16 || dt == VT_DTYPE_BF16) memcpy(p, &h, 2);
+    else *p = 0x7F;
+}
+
+/* ---- one problem: a mixed batch over a paged NHD cache ---- */
+
+enum { BATCH = 4, MAXB = 160 };
+
+typedef struct problem {
+    vt_dtype kv;
+    int H, Hkv, D, bs, nb;
+    int causal, wl, wr;
+    float softcap;
+    int alibi, sink, descale;
+    size_t es;
+    unsigned char *k, *v;
+    float *q;
+    int32_t cu[BATCH + 1], su[BATCH], bt[BATCH * MAXB];
+    float slopes[16], sinks[16], kd[BATCH * 4], vd[BATCH * 4];
+    double *ref, *ref_lse;
+} problem;
+
+static const int QL[BATCH] = {1, 7, 1, 20};
+static const int KL[BATCH] = {1, 33, 700, 41};
+
+static void problem_make(problem *pb) {
+    const int H = pb->H, Hkv = pb->Hkv, D = pb->D, bs = pb->bs;
+    pb->es = vt_dtype_get(pb->kv)->elem_bytes;
+    int need = 0;
+    for (int b = 0; b < BATCH; b++) need += (KL[b] + bs - 1) / bs;
+    pb->nb = need + 3;
+    size_t cb = (size_t)pb->nb * bs * Hkv * D * pb->es;
+    pb->k = malloc(cb);
+    pb->v = malloc(cb);
+    for (size_t i = 0; i < cb / pb->es; i++) put_nan(pb->kv, pb->k + i * pb->es), put_nan(pb->kv, pb->v + i * pb->es);
+    /* block ids: a shuffled permutation, so neighbours in a sequence are not neighbours in memory */
+    int *perm = malloc(sizeof(int) * (size_t)pb->nb);
+    for (int i = 0; i < pb->nb; i++) perm[i] = i;
+    for (int i = pb->nb - 1; i > 0; i--) {
+        int j = (int)(urand() * (i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int used = 0;
+    pb->cu[0] = 0;
+    for (int b = 0; b < BATCH; b++) {
+        pb->cu[b + 1] = pb->cu[b] + QL[b];
+        pb->su[b] = KL[b];
+        for (int i = 0; i < MAXB; i++) pb->bt[b * MAXB + i] = i < (KL[b] + bs - 1) / bs ? perm[used + i] : 0;
+        used += (KL[b] + bs - 1) / bs;
+        for (int j = 0; j < KL[b]; j++) {
+            int page = pb->bt[b * MAXB + j / bs], off = j % bs;
+            for (int g = 0; g < Hkv; g++)
+                for (int d = 0; d < D; d++) {
+                    size_t o = ((((size_t)page * bs + off) * Hkv + g) * D + d) * pb->es;
+                    float kx = nrand(), vx = nrand();
+                    if (vt_dtype_get(pb->kv)->elem_bytes == 1) kx *= 20.0f, vx *= 20.0f; /* spread over the fp8 grid */
+                    enc_elem(pb->kv, kx, pb->k + o);
+                    enc_elem(pb->kv, vx, pb->v + o);
+                }
+        }
+    }
+    free(perm);
+    int T = pb->cu[BATCH];
+    pb->q = malloc(sizeof(float) * (size_t)T * H * D);
+    for (int i = 0; i < T * H * D; i++) pb->q[i] = nrand();
+    for (int h = 0; h < H; h++) pb->slopes[h] = 0.05f * (float)(h + 1), pb->sinks[h] = 0.5f * (float)h - 1.0f;
+    for (int i = 0; i < BATCH * Hkv; i++) pb->kd[i] = 0.5f + (float)urand(), pb->vd[i] = 0.5f + (float)urand();
+    /* float64 reference */
+    pb->ref = calloc((size_t)T * H * D, sizeof(double));
+    pb->ref_lse = calloc((size_t)T * H, sizeof(double));
+    const double scale = 1.0 / sqrt((double)D);
+    const int G = H / Hkv;
+    double *s = malloc(sizeof(double) * 1024);
+    for (int b = 0; b < BATCH; b++)
+        for (int i = 0; i < QL[b]; i++) {
+            int tok = pb->cu[b] + i;
+            long pos = KL[b] - QL[b] + i;
+            for (int h = 0; h < H; h++) {
+                int g = h / G;
+                double kd = pb->descale ? pb->kd[b * Hkv + g] : 1.0, vd = pb->descale ? pb->vd[b * Hkv + g] : 1.0;
+                double mx = pb->sink ? pb->sinks[h] : -INFINITY;
+                for (int j = 0; j < KL[b]; j++) {
+                    int vis = (!pb->causal || j <= pos) && (pb->wl < 0 || j >= pos - pb->wl) &&
+                              (pb->wr < 0 || j <= pos + pb->wr);
+                    if (!vis) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    int page = pb->bt[b * MAXB + j / bs], off = j % bs;
+                    const unsigned char *kr = pb->k + ((((size_t)page * bs + off) * Hkv + g) * D) * pb->es;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++) dot += (double)pb->q[((size_t)tok * H + h) * D + d] * dec_elem(pb->kv, kr + d * pb->es);
+                    double x = dot * scale * kd;
+                    if (pb->softcap > 0) x = pb->softcap * tanh(x / pb->softcap);
+                    if (pb->alibi) x -= pb->slopes[h] * fabs((double)(j - pos));
+                    s[j] = x;
+                    if (x > mx) mx = x;
+                }
+                double L = pb->sink ? exp(pb->sinks[h] - mx) : 0.0;
+                double *o = pb->ref + ((size_t)tok * H + h) * D;
+                for (int j = 0; j < KL[b]; j++) {
+                    if (s[j] == -INFINITY) continue;
+                    double w = exp(s[j] - mx);
+                    L += w;
+                    int page = pb->bt[b * MAXB + j / bs], off = j % bs;
+                    const unsigned char *vr = pb->v + ((((size_t)page * bs + off) * Hkv + g) * D) * pb->es;
+                    for (int d = 0; d < D; d++) o[d] += w * dec_elem(pb->kv, vr + d * pb->es);
+                }
+                for (int d = 0; d < D; d++) o[d] = L > 0 ? o[d] * vd / L : 0.0;
+                pb->ref_lse[(size_t)h * T + tok] = L > 0 ? mx + log(L) : -INFINITY;
+            }
+        }
+    free(s);
+}
+
+static void problem_free(problem *pb) {
+    free(pb->k), free(pb->v), free(pb->q), free(pb->ref), free(pb->ref_lse);
+}
+
+static void params_for(const problem *pb, float *out, float *lse, vt_attn_params *p) {
+    const int H = pb->H, Hkv = pb->Hkv, D = pb->D;
+    const int64_t e = (int64_t)pb->es;
+    memset(p, 0, sizeof *p);
+    p->q = pb->q, p->q_dtype = VT_DTYPE_F32, p->total_q = pb->cu[BATCH];
+    p->q_stride_tok = (int64_t)H * D * 4, p->q_stride_head = (int64_t)D * 4;
+    p->k = pb->k, p->v = pb->v, p->kv_dtype = pb->kv, p->num_blocks = pb->nb, p->block_size = pb->bs;
+    p->k_stride_block = p->v_stride_block = (int64_t)pb->bs * Hkv * D * e;
+    p->k_stride_tok = p->v_stride_tok = (int64_t)Hkv * D * e;
+    p->k_stride_head = p->v_stride_head = (int64_t)D * e;
+    p->num_heads = H, p->num_kv_heads = Hkv, p->head_size = D;
+    p->batch = BATCH, p->cu_seqlens_q = pb->cu, p->seqused_k = pb->su, p->block_table = pb->bt;
+    p->max_blocks = MAXB, p->bt_stride = MAXB;
+    p->softmax_scale = (float)(1.0 / sqrt((double)D));
+    p->causal = pb->causal, p->window_left = pb->wl, p->window_right = pb->wr, p->softcap = pb->softcap;
+    p->alibi_slopes = pb->alibi ? pb->slopes : NULL;
+    p->s_aux = pb->sink ? pb->sinks : NULL;
+    if (pb->descale) {
+        p->k_descale = pb->kd, p->v_descale = pb->vd;
+        p->k_descale_stride_b = p->v_descale_stride_b = Hkv;
+        p->k_descale_stride_h = p->v_descale_stride_h = 1;
+    }
+    p->out = out, p->out_stride_tok = (int64_t)H * D * 4, p->out_stride_head = (int64_t)D * 4;
+    p->lse = lse, p->lse_stride_head = pb->cu[BATCH], p->lse_stride_tok = 1;
+}
+
+static const char *isa_names[] = {"scalar", "avx2", "avx512"};
+
+static void run_and_compare(const problem *pb, const char *what) {
+    const int T = pb->cu[BATCH], H = pb->H, D = pb->D;
+    double vmax = 0;
+    for (int i = 0; i < T * H * D; i++) vmax = fmax(vmax, fabs(pb->ref[i]));
+    float *out = malloc(sizeof(float) * (size_t)T * H * D), *lse = malloc(sizeof(float) * (size_t)T * H);
+    for (int isa = VT_ISA_SCALAR; isa <= (int)vt_isa_best(); isa++) {
+        if (vt_isa_set((vt_isa)isa, NULL) != VT_OK) continue;
+        for (int nth = 1; nth <= 3; nth += 2) {
+            vt_attn_params p;
+            params_for(pb, out, lse, &p);
+            size_t sb = 0;
+            vt_error err;
+            CHECK(vt_attn_scratch_size(&p, nth, &sb, &err) == VT_OK, "%s: scratch size: %s", what, err.message);
+            void *scr = malloc(sb);
+            vt_status st = vt_attn_varlen(&p, scr, sb, nth, &err);
+            CHECK(st == VT_OK, "%s %s: %s", what, isa_names[isa], err.message);
+            double worst = 0, worst_lse = 0;
+            for (int i = 0; i < T * H * D; i++) {
+                double d = fabs((double)out[i] - pb->ref[i]);
+                if (!(d <= worst)) worst = d; /* NaN sticks */
+            }
+            for (int i = 0; i < T * H; i++) {
+                double r = pb->ref_lse[i], d = r == -INFINITY ? (lse[i] == -INFINITY ? 0 : INFINITY) : fabs(lse[i] - r);
+                if (!(d <= worst_lse)) worst_lse = d;
+            }
+            /* float32 accumulation over <= 700 keys and D <= 160 terms: a few
+             * hundred float32 units of the largest output at most */
+            CHECK(worst <= 2e-5 * vmax + 1e-30, "%s %s nth=%d: max |out - ref| %g (max |ref| %g)", what,
+                  isa_names[isa], nth, worst, vmax);
+            CHECK(worst_lse <= 2e-5 * 30, "%s %s nth=%d: max |lse - ref| %g", what, isa_names[isa], nth, worst_lse);
+            free(scr);
+        }
+    }
+    vt_isa_set(vt_isa_best(), NULL);
+    free(out), free(lse);
+}
+
+static void test_against_reference(void) {
+    static const vt_dtype kvs[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2};
+    static const int heads[][2] = {{2, 2}, {12, 3}, {8, 2}}; /* (H, Hkv): GQA 1, 4, 4 */
+    for (size_t di = 0; di < sizeof kvs / sizeof kvs[0]; di++)
+        for (int hi = 0; hi < 3; hi++)
+            for (int opt = 0; opt < 4; opt++) {
+                problem pb;
+                memset(&pb, 0, sizeof pb);
+                pb.kv = kvs[di];
+                pb.H = heads[hi][0], pb.Hkv = heads[hi][1];
+                pb.D = opt == 1 ? 80 : (opt == 3 ? 160 : 64);
+                pb.bs = opt & 1 ? 5 : 16;
+                pb.causal = opt != 3;
+                pb.wl = opt == 2 ? 9 : -1, pb.wr = opt == 3 ? 4 : -1;
+                pb.softcap = opt == 1 ? 5.0f : 0.0f;
+                pb.alibi = opt == 1, pb.sink = opt == 2, pb.descale = opt >= 2;
+                problem_make(&pb);
+                char what[96];
+                snprintf(what, sizeof what, "kv=%s H=%d Hkv=%d D=%d bs=%d opt=%d", vt_dtype_get(pb.kv)->name, pb.H,
+                         pb.Hkv, pb.D, pb.bs, opt);
+                run_and_compare(&pb, what);
+                problem_free(&pb);
+            }
+}
+
+/* ---- refusals write nothing ---- */
+
+static void test_refusals(void) {
+    problem pb;
+    memset(&pb, 0, sizeof pb);
+    pb.kv = VT_DTYPE_BF16, pb.H = 4, pb.Hkv = 2, pb.D = 64, pb.bs = 16, pb.causal = 1, pb.wl = pb.wr = -1;
+    pb.descale = 1;
+    problem_make(&pb);
+    const int T = pb.cu[BATCH], n = T * pb.H * pb.D;
+    float *out = malloc(sizeof(float) * (size_t)n), *lse = malloc(sizeof(float) * (size_t)T * pb.H);
+    vt_attn_params p;
+    size_t sb;
+    vt_error err;
+    params_for(&pb, out, lse, &p);
+    CHECK(vt_attn_scratch_size(&p, 2, &sb, &err) == VT_OK, "scratch size: %s", err.message);
+    void *scr = malloc(sb);
+    for (int c = 0; c < 3; c++) {
+        for (int i = 0; i < n; i++) out[i] = 12345.0f;
+        for (int i = 0; i < T * pb.H; i++) lse[i] = 12345.0f;
+        params_for(&pb, out, lse, &p);
+        vt_status want;
+        size_t give = sb;
+        int32_t saved = pb.bt[3 * MAXB + 2];
+        float saved_vd = pb.vd[1];
+        if (c == 0) pb.bt[3 * MAXB + 2] = pb.nb, want = VT_ERR_INDEX; /* last sequence: earlier ones are fine */
+        else if (c == 1) pb.vd[1] = 0.0f, want = VT_ERR_VALUE;
+        else give = sb - 1, want = VT_ERR_VALUE;
+        vt_status st = vt_attn_varlen(&p, scr, give, 2, &err);
+        CHECK(st == want, "refusal %d: status %d, want %d (%s)", c, (int)st, (int)want, err.message);
+        CHECK(strstr(err.message, "flash_attn_varlen_func: ") == err.message, "refusal %d: message '%s'", c,
+              err.message);
+        int touched = 0;
+        for (int i = 0; i < n; i++) touched |= out[i] != 12345.0f;
+        for (int i = 0; i < T * pb.H; i++) touched |= lse[i] != 12345.0f;
+        CHECK(!touched, "refusal %d wrote to out or lse", c);
+        pb.bt[3 * MAXB + 2] = saved, pb.vd[1] = saved_vd;
+    }
+    free(scr), free(out), free(lse);
+    problem_free(&pb);
+}
+
+int main(void) {
+    if (vt_runtime_init(NULL, NULL) != VT_OK) return 2;
+    test_against_reference();
+    test_refusals();
+    if (failures) {
+        fprintf(stderr, "test_attention: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_attention: OK (isa up to %s)\n", vt_isa_name(vt_isa_best()));
+    return 0;
+}
