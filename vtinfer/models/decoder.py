@@ -208,6 +208,31 @@ class Decoder:
         parts = [sess.prefill(toks[i:i + chunk]) for i in range(0, len(toks), chunk)]
         return np.concatenate(parts) if parts else np.zeros((0, self.config.vocab_size), np.float32)
 
+    def score_batch(self, sequences: list[Any], kv_cache_dtype: str = "float32", *, chunk: int = 256,
+                    k_scale: Any = 1.0, v_scale: Any = 1.0, block_size: int = 16) -> list[np.ndarray]:
+        """Teacher-forced logits for several sequences sharing one paged cache.
+
+        Each step prefills up to ``chunk`` more tokens of every unfinished
+        sequence in one batch (one varlen attention call per layer, block
+        tables from the allocator). Returns one ``[len(seq), vocab]`` array
+        per sequence.
+        """
+        seqs = [np.asarray(t, dtype=np.int64).reshape(-1) for t in sequences]
+        blocks = sum(max(-(-len(t) // block_size), 1) for t in seqs)
+        sess = self.session(kv_cache_dtype, max_tokens=blocks * block_size, block_size=block_size,
+                            k_scale=k_scale, v_scale=v_scale)
+        out: list[list[np.ndarray]] = [[] for _ in seqs]
+        with blas_threads(self.blas_threads):
+            for start in range(0, max((len(t) for t in seqs), default=0), chunk):
+                batch = [(f"s{j}", t[start:start + chunk]) for j, t in enumerate(seqs) if len(t) > start]
+                logits = self.logits(sess.forward_batch(batch))
+                at = 0
+                for sid, part in batch:
+                    j = int(sid[1:])
+                    out[j].append(logits[at:at + len(part)])
+                    at += len(part)
+        return [np.concatenate(o) if o else np.zeros((0, self.config.vocab_size), np.float32) for o in out]
+
     def generate(self, prompt: Any, max_new_tokens: int, kv_cache_dtype: str = "float32", *, k_scale: Any = 1.0,
                  v_scale: Any = 1.0, stop_at_eos: bool = True) -> "Generation":
         """Greedy generation; times prefill and decode separately."""
@@ -253,7 +278,8 @@ class Generation:
 
 
 class Session:
-    """One sequence, one :class:`vtinfer.PagedKVCache`, one block allocator.
+    """One :class:`vtinfer.PagedKVCache` and one :class:`vtinfer.BlockAllocator`;
+    sequence 0 by default, more with :meth:`forward_batch`.
 
     ``prefill(tokens)`` appends any number of tokens (a chunk of a longer
     prompt is fine) and ``decode(token)`` one; both return logits for the new
@@ -291,7 +317,7 @@ class Session:
 
     @property
     def length(self) -> int:
-        """Tokens in the cache."""
+        """Tokens of sequence 0 in the cache."""
         return self.alloc.length(0)
 
     def prefill(self, tokens: Any, *, last_only: bool = False) -> np.ndarray:
@@ -306,19 +332,53 @@ class Session:
         return self.prefill(np.array([token]), last_only=True)[0]
 
     def forward_hidden(self, toks: np.ndarray) -> np.ndarray:
-        """Append ``toks`` and return the last layer's hidden states ``[n, hidden]`` (no final norm)."""
+        """Append ``toks`` to sequence 0 and return the last layer's hidden states ``[n, hidden]`` (no final norm)."""
+        return self.forward_batch([(0, toks)])
+
+    def forward_batch(self, batch: list[tuple[Any, Any]]) -> np.ndarray:
+        """Append tokens to several sequences in one pass (one varlen attention call per layer).
+
+        Parameters
+        ----------
+        batch : list of (seq_id, tokens)
+            A new ``seq_id`` starts a sequence in this session's allocator;
+            a known one continues it. Each sequence at most once per call.
+
+        Returns
+        -------
+        ndarray, shape (total_tokens, hidden)
+            Hidden states in batch order (no final norm).
+        """
         m, c = self.model, self.model.config
+        seqs = [sid for sid, _ in batch]
+        if len(set(seqs)) != len(seqs):
+            raise ValueError(f"Session.forward_batch: batch must name each sequence once; got {seqs!r}")
+        arrs = [np.asarray(t, dtype=np.int64).reshape(-1) for _, t in batch]
+        toks = np.concatenate(arrs) if arrs else np.zeros(0, np.int64)
         n = len(toks)
         if n == 0:
             return np.zeros((0, c.hidden_size), np.float32)
         if toks.min() < 0 or toks.max() >= c.vocab_size:
-            raise IndexError(f"Session.prefill: tokens must be in [0, {c.vocab_size}); got {int(toks.max())}")
-        start = self.length
-        slots = np.asarray(self.alloc.append(0, n), dtype=np.int64)
-        pos = np.arange(start, start + n)
-        table = self.alloc.block_table([0])
-        cu = np.array([0, n], np.int32)
-        used = np.array([start + n], np.int32)
+            bad = int(toks[(toks < 0) | (toks >= c.vocab_size)][0])
+            raise IndexError(f"Session.prefill: tokens must be in [0, {c.vocab_size}); got {bad}")
+        need = sum(-(-(len(a) + (self.alloc.length(sid) if sid in self.alloc else 0)) // self.alloc.block_size)
+                   - (len(self.alloc.blocks(sid)) if sid in self.alloc else 0) for sid, a in zip(seqs, arrs))
+        if need > self.alloc.num_free:
+            raise MemoryError(f"Session.prefill: the cache must have {need} free blocks; got {self.alloc.num_free}")
+        slots, pos, used, cu = [], [], [], [0]
+        for sid, a in zip(seqs, arrs):
+            if sid not in self.alloc:
+                self.alloc.allocate(sid, 0)
+            start = self.alloc.length(sid)
+            slots.extend(self.alloc.append(sid, len(a)))
+            pos.append(np.arange(start, start + len(a)))
+            used.append(start + len(a))
+            cu.append(cu[-1] + len(a))
+        slots = np.asarray(slots, dtype=np.int64)
+        pos = np.concatenate(pos)
+        table = self.alloc.block_table(seqs)
+        cu = np.asarray(cu, np.int32)
+        used = np.asarray(used, np.int32)
         H, Hk, D, eps = c.num_heads, c.num_kv_heads, c.head_dim, c.rms_norm_eps
         x = m.embed[toks]
         for i, L in enumerate(m.layers):
