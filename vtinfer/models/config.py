@@ -98,7 +98,8 @@ class DecoderConfig:
     def from_dir(cls, path: str | os.PathLike) -> "DecoderConfig":
         p = Path(path) / "config.json"
         if not p.is_file():
-            raise FileNotFoundError(f"DecoderConfig: path must be a checkpoint directory with config.json; got '{path}'")
+            raise FileNotFoundError(
+                f"DecoderConfig: path must be a checkpoint directory with config.json; got '{path}'")
         cfg = json.loads(p.read_text(encoding="utf-8"))
         try:
             return cls.from_dict(cfg)

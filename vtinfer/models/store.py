@@ -53,7 +53,8 @@ class atomic_dir:
         os.replace(self.tmp, self.final)
 
 
-def save_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+def save_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray],
+                     metadata: dict[str, str] | None = None) -> None:
     """Write NumPy arrays (float32/float16/bfloat16/int) as one safetensors file."""
     from safetensors.numpy import save_file
 

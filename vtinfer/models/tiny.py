@@ -52,8 +52,8 @@ def make_tiny_checkpoint(out_dir: str | os.PathLike, *, seed: int = 0, model_typ
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     emb_std = 0.25 if cfg["tie_word_embeddings"] else 1.0
-    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": (emb_std * rng.standard_normal((cfg["vocab_size"], hid))).astype(
-        np.float32), "model.norm.weight": norm(hid)}
+    embed = (emb_std * rng.standard_normal((cfg["vocab_size"], hid))).astype(np.float32)
+    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": embed, "model.norm.weight": norm(hid)}
     if not cfg["tie_word_embeddings"]:
         t["lm_head.weight"] = lin(cfg["vocab_size"], hid, 4.0)
     for i in range(cfg["num_hidden_layers"]):
