@@ -343,8 +343,8 @@ static void run_merges(void *vctx, int ith, int nth) {
 
 static vt_attn_tile_fn pick_tile(void) {
 #if VT_X86
-    /* AVX2 has no tile of its own yet (owed, see .agents/specs/attention.md): it runs the scalar twin. */
     if (vt_isa_active() == VT_ISA_AVX512) return vt_attn_tile_avx512;
+    if (vt_isa_active() == VT_ISA_AVX2) return vt_attn_tile_avx2;
 #endif
     return vt_attn_tile_scalar;
 }

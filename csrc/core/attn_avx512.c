@@ -351,7 +351,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                  * (a microcode assist on every FMA). m = -inf gives alpha 0. */
                 alpha[r] = mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn);
                 __m512 x = _mm512_sub_ps(sc, _mm512_set1_ps(mn));
-                vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_GE_OQ);
+                vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_NLT_UQ); /* NaN stays */
                 __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
                 lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
                 mg[r] = mn;

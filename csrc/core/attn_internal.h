@@ -49,6 +49,8 @@ static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
 #if VT_X86
+void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                       float *acc);
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
 #endif

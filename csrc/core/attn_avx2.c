@@ -1,0 +1,323 @@
+/* AVX2+FMA+F16C attention tile (per-function target attributes).
+ *
+ * The shape of the AVX-512 tile (attn_avx512.c) on 8-lane vectors: keys in
+ * blocks of 8; each K row decoded in registers 16 elements at a time and
+ * multiplied into one accumulator per row (up to 4 rows per pass, so the
+ * 16 registers hold them); the 8 per-key partial vectors of a row fold
+ * into 8 logits by hadd + a 128-bit lane swap; online softmax on 8 logits
+ * at a time; V rows decoded once per block into an L1 buffer; P V keeps
+ * the row's accumulator in registers.
+ *
+ * Decoding is exact: bf16 splits a 32-bit lane into its even element
+ * (x << 16) and odd element (x & 0xffff0000), so q rows and accumulators
+ * are kept in that even/odd order; fp8 goes through the fp8 -> fp16 bit
+ * map (e5m2 is fp16's top byte; e4m3's magnitude shifted by 7 is fp16 at
+ * 2^-8 of the value, NaN mapped to fp16 NaN) and F16C, then a multiply by
+ * 2^8, which is exact. AVX2 has no byte-masked loads: a row's last partial
+ * chunk is copied to a zero-padded buffer first. */
+#include "attn_internal.h"
+
+#if VT_X86
+#include <immintrin.h>
+
+#define T VT_TARGET_AVX2
+#define AI __attribute__((always_inline)) inline
+#define VT_PRAGMA(x) _Pragma(#x)
+#define VT_UNROLL VT_PRAGMA(GCC unroll 16)
+#define KB 8
+#define CH 16 /* elements decoded per chunk: two vectors */
+
+T static AI __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(80.0f)), _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n by the exponent field: n in [-126, 128) after the clamp (-87 / ln 2 > -126) */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+T static AI __m256 tanh8(__m256 x) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    __m256 ax = _mm256_andnot_ps(sign, x);
+    __m256 z = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-5.70498872745E-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954E-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531E-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036E-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
+    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+    __m256 e = exp8(_mm256_min_ps(_mm256_add_ps(ax, ax), _mm256_set1_ps(80.0f)));
+    __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                               _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    big = _mm256_or_ps(big, _mm256_and_ps(x, sign));
+    return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+}
+
+static inline int chunk_pos(vt_dtype dt, int e) {
+    if (dt == VT_DTYPE_BF16) return (e & 1) * 8 + (e >> 1);
+    return e;
+}
+
+/* Decode the full 16-element chunk at src into two float32 vectors, in
+ * chunk_pos order, exactly. */
+T static AI void dec16(vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
+    if (dt == VT_DTYPE_F32) {
+        *a = _mm256_loadu_ps((const float *)src);
+        *b = _mm256_loadu_ps((const float *)src + 8);
+    } else if (dt == VT_DTYPE_F16) {
+        *a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)src));
+        *b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 16)));
+    } else if (dt == VT_DTYPE_BF16) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)src);
+        *a = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        *b = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000u)));
+    } else {
+        __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
+        __m256 f = _mm256_set1_ps(1.0f);
+        if (dt == VT_DTYPE_FP8_E5M2) {
+            w = _mm256_slli_epi16(w, 8);
+        } else {
+            __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+            __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                                        _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
+            __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
+            w = _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), nan);
+            f = _mm256_set1_ps(256.0f);
+        }
+        *a = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(w)), f);
+        *b = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(w, 1)), f);
+    }
+}
+
+/* Chunk c of a row: in place when whole, else through a zero-padded copy. */
+T static AI void dec_chunk(vt_dtype dt, const uint8_t *row, int c, int D, int esz, __m256 *a, __m256 *b) {
+    if ((c + 1) * CH <= D) {
+        dec16(dt, row + (size_t)c * CH * esz, a, b);
+    } else {
+        uint8_t pad[CH * 4] = {0};
+        memcpy(pad, row + (size_t)c * CH * esz, (size_t)(D - c * CH) * esz);
+        dec16(dt, pad, a, b);
+    }
+}
+
+/* One vector whose lane j is the sum of the 8 lanes of s[8 j ...]. */
+T static AI __m256 reduce8(const float *s) {
+    __m256 t0 = _mm256_hadd_ps(_mm256_loadu_ps(s), _mm256_loadu_ps(s + 8));
+    __m256 t1 = _mm256_hadd_ps(_mm256_loadu_ps(s + 16), _mm256_loadu_ps(s + 24));
+    __m256 t2 = _mm256_hadd_ps(_mm256_loadu_ps(s + 32), _mm256_loadu_ps(s + 40));
+    __m256 t3 = _mm256_hadd_ps(_mm256_loadu_ps(s + 48), _mm256_loadu_ps(s + 56));
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+T static AI float hmax8(__m256 x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+T static AI float hsum8(__m256 x) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows. */
+T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int D, int esz,
+                         const uint8_t *const *kp, int nk, float *S) {
+    const int NC = Dp / CH;
+    for (int jj = 0; jj < nk; jj++) {
+        __m256 s0[4], s1[4];
+        VT_UNROLL
+        for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; c++) {
+            __m256 ka, kb;
+            dec_chunk(dt, kp[jj], c, D, esz, &ka, &kb);
+            VT_UNROLL
+            for (int r = 0; r < R; r++) {
+                s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
+                s1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r * Dp + c * CH + 8), kb, s1[r]);
+            }
+        }
+        VT_UNROLL
+        for (int r = 0; r < R; r++) _mm256_storeu_ps(S + (r * KB + jj) * 8, _mm256_add_ps(s0[r], s1[r]));
+    }
+}
+
+T static void qk_group(int R, vt_dtype dt, const float *qp, int Dp, int D, int esz, const uint8_t *const *kp, int nk,
+                       float *S) {
+    switch (R) {
+    case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, nk, S); break;
+    case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, nk, S); break;
+    case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, nk, S); break;
+    default: qk_rows(4, dt, qp, Dp, D, esz, kp, nk, S); break;
+    }
+}
+
+T static AI void pv_vecs(const int NV, float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
+    __m256 a[8];
+    const __m256 al = _mm256_set1_ps(alpha);
+    VT_UNROLL
+    for (int v = 0; v < NV; v++) a[v] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * v), al);
+    for (int jj = 0; jj < nk; jj++) {
+        if (P[jj] == 0.0f) continue;
+        __m256 pb = _mm256_set1_ps(P[jj]);
+        const float *vr = vbuf + (size_t)jj * Dp;
+        VT_UNROLL
+        for (int v = 0; v < NV; v++) a[v] = _mm256_fmadd_ps(pb, _mm256_loadu_ps(vr + 8 * v), a[v]);
+    }
+    VT_UNROLL
+    for (int v = 0; v < NV; v++) _mm256_storeu_ps(acc + 8 * v, a[v]);
+}
+
+T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
+    int d = 0;
+    for (; Dp - d >= 64; d += 64) pv_vecs(8, acc + d, alpha, P, vbuf + d, Dp, nk);
+    if (Dp - d >= 32) pv_vecs(4, acc + d, alpha, P, vbuf + d, Dp, nk), d += 32;
+    if (Dp - d >= 16) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
+}
+
+static inline void key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n, int64_t *ko,
+                               int64_t *vo) {
+    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
+    int64_t pi = j / p->block_size, off = j % p->block_size;
+    for (int i = 0; i < n; i++) {
+        int64_t page = bt[pi];
+        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
+        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
+        if (++off == p->block_size) off = 0, pi++;
+    }
+}
+
+static void load_q(const vt_attn_params *p, const uint8_t *src, float *dst, int n) {
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        switch (p->q_dtype) {
+        case VT_DTYPE_F32: memcpy(&dst[i], src + 4 * i, 4); break;
+        case VT_DTYPE_F16: memcpy(&h, src + 2 * i, 2), dst[i] = vt_f16_to_f32(h); break;
+        default: memcpy(&h, src + 2 * i, 2), dst[i] = vt_bf16_to_f32(h); break;
+        }
+    }
+}
+
+T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                         float *acc) {
+    const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
+    const int Dp = (D + CH - 1) / CH * CH;
+    const int rg = (int)(it->nq * G); /* rows per group */
+    const int rows = rg * it->ng;
+    const vt_dtype dt = p->kv_dtype;
+    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    float *qp = work;                    /* rows * Dp, permuted */
+    float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
+    float *S = ap + (size_t)rows * Dp;   /* rg * 8 * 8 partial dots */
+    float *P = S + (size_t)rg * KB * 8;  /* rg * 8 weights */
+    float *vbuf = P + (size_t)rg * KB;   /* KB * Dp decoded V rows */
+    float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
+    float *alpha = tmp + Dp;             /* rg */
+    for (int r = 0; r < rows; r++) {
+        int g = it->g + r / rg, lr = r % rg;
+        int h = g * G + lr % G;
+        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
+                             (int64_t)h * p->q_stride_head;
+        load_q(p, src, tmp, D);
+        float *qr = qp + (size_t)r * Dp;
+        memset(qr, 0, (size_t)Dp * 4);
+        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
+        for (int d = 0; d < D; d++) qr[(d / CH) * CH + chunk_pos(dt, d % CH)] = tmp[d];
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
+    const int64_t base = it->k_len - it->q_len;
+    for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
+    const float cap = p->softcap;
+    const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const int NC = Dp / CH;
+    int64_t ko[KB], vo[KB];
+    const uint8_t *kp[KB], *vp[KB];
+    for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
+        int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
+        key_offsets(p, it, j0, nk, ko, vo);
+        const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
+        for (int gi = 0; gi < it->ng; gi++) {
+            const int g = it->g + gi;
+            const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
+            const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
+            for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
+            float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
+            const __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            for (int r0 = 0; r0 < rg; r0 += 4) {
+                int R = rg - r0 < 4 ? rg - r0 : 4;
+                qk_group(R, dt, qp + ((size_t)gi * rg + r0) * Dp, Dp, D, esz, kp, nk, S + (size_t)r0 * KB * 8);
+            }
+            if (nk < KB)
+                for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 8, 0, (size_t)(KB - nk) * 32);
+            for (int jj = 0; jj < nk; jj++)
+                for (int c = 0; c < NC; c++) {
+                    __m256 va, vb2;
+                    dec_chunk(dt, vp[jj], c, D, esz, &va, &vb2);
+                    _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
+                    _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 8, vb2);
+                }
+            for (int r = 0; r < rg; r++) {
+                int64_t qi = r / G;
+                float *pr = P + (size_t)r * KB;
+                alpha[r] = 1.0f;
+                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
+                    memset(pr, 0, KB * 4);
+                    continue;
+                }
+                __m256 sc = _mm256_mul_ps(reduce8(S + (size_t)r * KB * 8), mul);
+                if (cap > 0.0f)
+                    sc = _mm256_mul_ps(_mm256_set1_ps(cap), tanh8(_mm256_div_ps(sc, _mm256_set1_ps(cap))));
+                __m256 jpos = _mm256_add_ps(lane, _mm256_set1_ps((float)(j0 - lo[qi])));
+                __m256 vis = _mm256_and_ps(valid, _mm256_and_ps(_mm256_cmp_ps(jpos, _mm256_setzero_ps(), _CMP_GE_OQ),
+                                                                _mm256_cmp_ps(jpos, _mm256_set1_ps((float)(hi[qi] - lo[qi])),
+                                                                              _CMP_LT_OQ)));
+                if (p->alibi_slopes) {
+                    float slope = p->alibi_slopes[g * G + r % G];
+                    __m256 dist = _mm256_add_ps(lane, _mm256_set1_ps((float)(j0 - (base + it->q0 + qi))));
+                    dist = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), dist);
+                    sc = _mm256_fnmadd_ps(_mm256_set1_ps(slope), dist, sc);
+                }
+                if (_mm256_movemask_ps(vis) == 0) {
+                    memset(pr, 0, KB * 4);
+                    continue;
+                }
+                float bm = hmax8(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), sc, vis));
+                float mn = bm > mg[r] ? bm : mg[r];
+                /* weights below e^-60 flushed to 0 (see attn_avx512.c) */
+                alpha[r] = mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn);
+                __m256 x = _mm256_sub_ps(sc, _mm256_set1_ps(mn));
+                vis = _mm256_and_ps(vis, _mm256_cmp_ps(x, _mm256_set1_ps(-60.0f), _CMP_NLT_UQ));
+                __m256 e = _mm256_and_ps(vis, exp8(_mm256_max_ps(x, _mm256_set1_ps(-80.0f))));
+                lg[r] = lg[r] * alpha[r] + hsum8(e);
+                mg[r] = mn;
+                _mm256_storeu_ps(pr, e);
+            }
+            for (int r = 0; r < rg; r++) {
+                const float *pr = P + (size_t)r * KB;
+                if (alpha[r] == 1.0f &&
+                    _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(pr), _mm256_setzero_ps(), _CMP_NEQ_UQ)) == 0)
+                    continue;
+                pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
+}
+
+#endif /* VT_X86 */
