@@ -19,6 +19,7 @@ M_ALL = [
  ("amax taken before RoPE", "vtinfer/models/decoder.py", "            q, k = m.rope(q, pos), m.rope(k, pos)\n            if self.observer is not None:\n                self.observer(i, k, v)", "            if self.observer is not None:\n                self.observer(i, k, v)\n            q, k = m.rope(q, pos), m.rope(k, pos)", "tests/model/test_calibrate.py"),
  ("batch positions restart at 0 each chunk", "vtinfer/models/decoder.py", "pos.append(np.arange(start, start + len(a)))", "pos.append(np.arange(0, len(a)))", "tests/model/test_decoder.py"),
  ("batch block table of the first sequence for all", "vtinfer/models/decoder.py", "table = self.alloc.block_table(seqs)", "table = self.alloc.block_table(seqs[:1] * len(seqs))", "tests/model/test_decoder.py"),
+ ("batched decode feeds the first generated token again", "vtinfer/models/decoder.py", "forward_batch([(p.sid, [p.out[-1]]) for p in live])", "forward_batch([(p.sid, [p.out[0]]) for p in live])", "tests/model/test_decoder.py"),
  ("KV bytes per token off", "vtinfer/models/demo.py", "dtype=dtype).page_bytes // 16", "dtype=dtype).page_bytes // 8", "tests/model/test_demo.py"),
 ]
 import os

@@ -153,3 +153,31 @@ def test_batch_refused_whole_when_the_cache_is_full(tiny_dirs):
     with pytest.raises(ValueError, match="each sequence once"):
         s.forward_batch([("a", [1]), ("a", [2])])
     assert s.alloc.length("a") == 3
+
+
+@pytest.mark.parametrize("kind", ["float32", "fp8_e4m3"])
+def test_batched_generation_equals_one_by_one(tiny_dirs, kind):
+    m = Decoder.from_pretrained(tiny_dirs["qwen2"])
+    prompts = [[5, 17, 99, 3], [200], list(range(40, 60))]
+    singles = [m.generate(p, 7, kind, stop_at_eos=False).tokens for p in prompts]
+    batch = m.generate_batch(prompts, 7, kind, stop_at_eos=False)
+    assert [g.tokens for g in batch] == singles
+    assert all(len(g.tokens) == 7 for g in batch) and batch[0].decode_steps == 6
+    if kind == "float32":  # and the reference's argmax loop for the one-token prompt
+        cfg, w = refmodel.load(tiny_dirs["qwen2"])
+        seq = list(prompts[1])
+        for _ in range(7):
+            seq.append(int(np.argmax(refmodel.forward(cfg, w, seq)[-1])))
+        assert batch[1].tokens == seq[1:]
+
+
+def test_batched_generation_stops_each_sequence_at_eos(tiny_dirs):
+    m = Decoder.from_pretrained(tiny_dirs["qwen2"])
+    free = m.generate_batch([[5, 17, 99, 3], [200]], 6, stop_at_eos=False)
+    m.config = type(m.config)(**{**m.config.__dict__, "eos_token_ids": (free[0].tokens[2],)})
+    got = m.generate_batch([[5, 17, 99, 3], [200]], 6)
+    assert got[0].tokens == free[0].tokens[:3]
+    cut = next((i for i, t in enumerate(free[1].tokens) if t == free[0].tokens[2]), None)
+    assert got[1].tokens == (free[1].tokens if cut is None else free[1].tokens[:cut + 1])
+    with pytest.raises(ValueError, match="at least one token"):
+        m.generate_batch([[1], []], 3)

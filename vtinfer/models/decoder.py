@@ -233,6 +233,18 @@ class Decoder:
                     at += len(part)
         return [np.concatenate(o) if o else np.zeros((0, self.config.vocab_size), np.float32) for o in out]
 
+    def generate_batch(self, prompts: list[Any], max_new_tokens: int, kv_cache_dtype: str = "float32", *,
+                       k_scale: Any = 1.0, v_scale: Any = 1.0, stop_at_eos: bool = True) -> list["Generation"]:
+        """Greedy generation for several prompts decoding together in one cache.
+
+        All prompts are prefilled in one batch; each decode step then feeds
+        one token of every unfinished sequence in one batch (varlen attention
+        over each sequence's own block table). The returned timings are the
+        batch's (prefill and decode wall time, decode steps).
+        """
+        return _generate_batch(self, list(prompts), int(max_new_tokens), kv_cache_dtype, k_scale, v_scale,
+                               stop_at_eos)
+
     def generate(self, prompt: Any, max_new_tokens: int, kv_cache_dtype: str = "float32", *, k_scale: Any = 1.0,
                  v_scale: Any = 1.0, stop_at_eos: bool = True) -> "Generation":
         """Greedy generation; times prefill and decode separately."""
@@ -255,6 +267,51 @@ class Decoder:
         steps = max(len(out) - 1, 0)
         text = self.tokenizer.decode(out) if self.tokenizer is not None else None
         return Generation(out, text, len(toks), t1 - t0, steps, t2 - t1)
+
+
+@dataclass
+class _Pending:
+    sid: str
+    prompt: list[int]
+    out: list[int]
+    done: bool = False
+
+
+def _generate_batch(model: "Decoder", prompts: list[Any], max_new_tokens: int, kv_cache_dtype: str, k_scale: Any,
+                    v_scale: Any, stop_at_eos: bool, block_size: int = 16) -> list["Generation"]:
+    ps = [_Pending(f"g{j}", [int(t) for t in np.asarray(p, dtype=np.int64).reshape(-1)], []) for j, p in
+          enumerate(prompts)]
+    if any(not p.prompt for p in ps):
+        raise ValueError("Decoder.generate_batch: prompts must each hold at least one token")
+    blocks = sum(-(-(len(p.prompt) + max_new_tokens + 1) // block_size) for p in ps)
+    sess = model.session(kv_cache_dtype, max_tokens=blocks * block_size, block_size=block_size, k_scale=k_scale,
+                         v_scale=v_scale)
+    eos = set(model.config.eos_token_ids) if stop_at_eos else set()
+    t0 = time.perf_counter()
+    with blas_threads(model.blas_threads):
+        x = sess.forward_batch([(p.sid, p.prompt) for p in ps])
+        ends = np.cumsum([len(p.prompt) for p in ps]) - 1
+        last = model.logits(x[ends])
+        t1 = time.perf_counter()
+        steps = 0
+        while True:
+            live = []
+            for p, row in zip([p for p in ps if not p.done], last):
+                nxt = int(np.argmax(row))
+                p.out.append(nxt)
+                if nxt in eos or len(p.out) >= max_new_tokens:
+                    p.done = True
+                else:
+                    live.append(p)
+            if not live or max_new_tokens == 0:
+                break
+            last = model.logits(sess.forward_batch([(p.sid, [p.out[-1]]) for p in live]))
+            steps += 1
+    t2 = time.perf_counter()
+    tk = model.tokenizer
+    # one decode step advances every live sequence: timings are shared by the batch
+    return [Generation(p.out, tk.decode(p.out) if tk is not None else None, len(p.prompt), t1 - t0, steps, t2 - t1)
+            for p in ps]
 
 
 @dataclass
