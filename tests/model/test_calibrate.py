@@ -41,13 +41,14 @@ def test_amax_matches_reference(tiny_dirs, model_type):
     assert ksh.shape == (2, 2) and np.array_equal(vsh, (cal.v_amax / 448.0).astype(np.float32))
 
 
-@pytest.mark.parametrize("per_head", [False, True])
-def test_round_trip_resolve_and_load(tiny_dirs, tmp_path, per_head):
+@pytest.mark.parametrize("per_head,fmt", [(False, "modelopt"), (True, "modelopt"), (False, "compressed-tensors")])
+def test_round_trip_resolve_and_load(tiny_dirs, tmp_path, per_head, fmt):
     d = tiny_dirs["llama"]
-    out, cal = calibrate(d, tmp_path / "cal", per_head=per_head, max_tokens=64, progress=False)
+    out, cal = calibrate(d, tmp_path / "cal", per_head=per_head, max_tokens=64, progress=False, fmt=fmt)
     res = vt.resolve_kv_cache_dtype("auto", out)
     assert res.dtype == "fp8_e4m3" and res.declared_by_checkpoint
-    assert res.source == ("compressed-tensors kv_cache_scheme" if per_head else "config.json")
+    ct = per_head or fmt == "compressed-tensors"
+    assert res.source == ("compressed-tensors kv_cache_scheme" if ct else "config.json")
     assert res.per_head_scales is per_head
     ck = vt.Checkpoint(out)
     sc = vt.load_kv_scales(ck.shards, 2, 2, per_head=per_head)
@@ -59,9 +60,12 @@ def test_round_trip_resolve_and_load(tiny_dirs, tmp_path, per_head):
     args = vt.kv_cache_args(out, num_blocks=2)
     assert args["dtype"] == "fp8_e4m3" and np.array_equal(args["k_scale"], ks)
     cfg = json.loads((out / "config.json").read_text())
-    if not per_head:
-        assert cfg["quantization_config"]["producer"]["name"] == "modelopt"
-        assert cfg["quantization_config"]["quantization"]["kv_cache_quant_algo"] == "FP8"
+    qc = cfg["quantization_config"]
+    if not ct:
+        assert qc["producer"]["name"] == "modelopt" and qc["quantization"]["kv_cache_quant_algo"] == "FP8"
+    else:
+        assert qc["kv_cache_scheme"]["strategy"] == ("attn_head" if per_head else "tensor")
+        assert qc["kv_cache_scheme"]["dynamic"] is False and qc["quant_method"] == "compressed-tensors"
     # the original checkpoint is untouched and still resolves to its own dtype
     assert vt.resolve_kv_cache_dtype("auto", d).dtype == "float32"
     # the weights are the same tensors
@@ -81,6 +85,12 @@ def test_out_equal_to_source_refused(tiny_dirs):
     cal = calibrate_amax(m, [1, 2, 3], progress=False)
     with pytest.raises(ValueError, match="out must differ"):
         write_calibrated(tiny_dirs["llama"], tiny_dirs["llama"], cal)
+
+
+def test_unknown_format_refused(tiny_dirs, tmp_path):
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        calibrate(tiny_dirs["llama"], tmp_path / "o", fmt="gptq", max_tokens=8, progress=False)
+    assert not (tmp_path / "o").exists()
 
 
 def test_empty_tokens_refused(tiny_dirs):

@@ -9,6 +9,14 @@ marker and ``kv_cache_quant_algo: "FP8"``; ``quant_method: "modelopt"`` is
 written too, because vLLM's resolver consults the KV key only for a
 ``modelopt*`` method and a KV-only ModelOpt config has ``quant_algo: null``.
 
+vLLM 0.33.0 *resolves* fp8 from that config, but its ModelOpt loader
+(``ModelOptQuantConfigBase.from_config``) raises "Missing 'quant_algo' in
+quantization config" for a KV-only ModelOpt config, so such a checkpoint does
+not *load* in vLLM. ``fmt="compressed-tensors"`` writes the form vLLM loads
+for unquantized weights with an fp8 KV cache (llm-compressor's): a
+``kv_cache_scheme`` with ``strategy: "tensor"`` and tensors
+``model.layers.N.self_attn.k_scale`` / ``v_scale`` of shape ``[]``.
+
 Per KV head (``per_head=True``): vLLM reads per-head scales only from
 compressed-tensors checkpoints whose ``kv_cache_scheme`` has ``strategy:
 "attn_head"``, so that is what is written: tensors
@@ -85,28 +93,35 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+FORMATS = ("modelopt", "compressed-tensors")
+
+
 def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, cal: Calibration, *,
-                     per_head: bool = False) -> Path:
+                     per_head: bool = False, fmt: str = "modelopt") -> Path:
     """Copy ``model_dir`` to ``out_dir`` (weights hard-linked when possible) with
     the calibrated scales and the quantization config (see the module docs)."""
     import vtinfer as vt
 
+    if fmt not in FORMATS:
+        raise ValueError(f"calibrate: fmt must be one of {FORMATS}; got {fmt!r}")
+    ct = per_head or fmt == "compressed-tensors"
     src = Path(model_dir)
     ck = vt.Checkpoint(src)
     cfg = json.loads(ck.config_path.read_text(encoding="utf-8"))
     ks, vs = cal.scales(per_head)
     tensors: dict[str, np.ndarray] = {}
     for i in range(len(ks)):
-        if per_head:
-            tensors[f"model.layers.{i}.self_attn.k_scale"] = ks[i]
-            tensors[f"model.layers.{i}.self_attn.v_scale"] = vs[i]
+        if ct:
+            tensors[f"model.layers.{i}.self_attn.k_scale"] = np.asarray(ks[i], np.float32)
+            tensors[f"model.layers.{i}.self_attn.v_scale"] = np.asarray(vs[i], np.float32)
         else:
             tensors[f"model.layers.{i}.self_attn.k_proj.k_scale"] = np.asarray(ks[i], np.float32).reshape(())
             tensors[f"model.layers.{i}.self_attn.v_proj.v_scale"] = np.asarray(vs[i], np.float32).reshape(())
-    if per_head:
+    if ct:
         cfg["quantization_config"] = {
             "quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {},
-            "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "attn_head", "dynamic": False,
+            "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "attn_head" if per_head else "tensor",
+                                "dynamic": False,
                                 "symmetric": True},
             "ignore": [], "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
         }
@@ -141,15 +156,17 @@ def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, c
 
 def calibrate(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, per_head: bool = False,
               max_tokens: int = 2048, text: str | None = None, progress: bool | None = None,
-              model: Any = None) -> tuple[Path, Calibration]:
+              model: Any = None, fmt: str = "modelopt") -> tuple[Path, Calibration]:
     """Calibrate on ``text`` (default: :func:`vtinfer.models.evaltext.calibration_text`)
     and write the calibrated copy. Returns ``(out_dir, calibration)``."""
     from vtinfer.models.decoder import Decoder
     from vtinfer.models.evaltext import calibration_text
 
+    if fmt not in FORMATS:
+        raise ValueError(f"calibrate: fmt must be one of {FORMATS}; got {fmt!r}")
     m = model if model is not None else Decoder.from_pretrained(model_dir)
     if m.tokenizer is None:
         raise ValueError(f"calibrate: {model_dir} must have a tokenizer to encode the calibration text")
     toks = m.tokenizer.encode(text if text is not None else calibration_text())[:max_tokens]
     cal = calibrate_amax(m, toks, progress=progress)
-    return write_calibrated(model_dir, out_dir, cal, per_head=per_head), cal
+    return write_calibrated(model_dir, out_dir, cal, per_head=per_head, fmt=fmt), cal

@@ -41,7 +41,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     from vtinfer.models.calibrate import calibrate
 
-    out, cal = calibrate(args.model_dir, args.out, per_head=args.per_head, max_tokens=args.tokens)
+    out, cal = calibrate(args.model_dir, args.out, per_head=args.per_head, max_tokens=args.tokens, fmt=args.format)
     ks, vs = cal.scales(args.per_head)
     if args.json:
         print(json.dumps({"out": str(out), "tokens": cal.tokens, "per_head": args.per_head,
@@ -92,5 +92,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--out", required=True, help="output directory")
     k.add_argument("--per-head", action="store_true", help="one scale per KV head (compressed-tensors attn_head)")
     k.add_argument("--tokens", type=int, default=2048, help="calibration tokens (default 2048)")
+    k.add_argument("--format", choices=("modelopt", "compressed-tensors"), default="modelopt",
+                   help="per-layer checkpoint format (default modelopt; compressed-tensors is what vLLM loads "
+                        "for unquantized weights; --per-head always writes compressed-tensors)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=_guard("calibrate", _cmd_calibrate))
