@@ -31,6 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.num_blocks = fz_range(&f, 0, 8);
     p.batch = (int)fz_range(&f, 0, 4);
     p.total_q = fz_range(&f, 0, 24);
+    /* hostile (bit 0 set): every value from the bytes; else consistent: the index
+     * arrays agree with each other so the kernels run, and only options vary */
+    const int hostile = (int)(fz_bits(&f, 1) & 1);
     p.max_blocks = fz_range(&f, 0, 8);
     p.bt_stride = p.max_blocks;
     p.q_dtype = q_dtypes[fz_range(&f, 0, 2)];
@@ -61,24 +64,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < q_bytes; i++) q[i] = (unsigned char)(fz_bits(&f, 1) & 0x3f);
     memset(k, 0x21, cache_bytes);
     memset(v, 0x32, cache_bytes);
-    cu[0] = (int32_t)(fz_bits(&f, 1) == 0xff ? -1 : 0);
+    cu[0] = (int32_t)(hostile && fz_bits(&f, 1) == 0xff ? -1 : 0);
     for (int b = 0; b < p.batch; b++) {
-        int64_t step = fz_bits(&f, 1) == 0xfe ? (int64_t)fz_bits(&f, 4) : fz_range(&f, 0, 6);
+        int64_t step = hostile && fz_bits(&f, 1) == 0xfe ? (int64_t)fz_bits(&f, 4) : fz_range(&f, 0, 6);
+        if (!hostile && cu[b] + step > p.total_q) step = p.total_q - cu[b];
         cu[b + 1] = (int32_t)(cu[b] + step);
-        sk[b] = (int32_t)(fz_bits(&f, 1) == 0xfd ? (int32_t)fz_bits(&f, 4) : fz_range(&f, 0, 64));
+        sk[b] = (int32_t)(hostile && fz_bits(&f, 1) == 0xfd ? (int32_t)fz_bits(&f, 4) : fz_range(&f, 0, 64));
+        if (!hostile) {
+            int64_t cap = p.max_blocks * p.block_size, need = cu[b + 1] - cu[b];
+            if (sk[b] > cap) sk[b] = (int32_t)cap;
+            if (sk[b] < need && need <= cap) sk[b] = (int32_t)need;
+        }
     }
-    for (int64_t i = 0; i < p.batch * p.max_blocks; i++) bt[i] = (int32_t)fz_index(&f, p.num_blocks);
+    for (int64_t i = 0; i < p.batch * p.max_blocks; i++)
+        bt[i] = (int32_t)(hostile ? fz_index(&f, p.num_blocks) : (p.num_blocks ? fz_range(&f, 0, p.num_blocks - 1) : 0));
     p.q = q, p.k = k, p.v = v, p.out = out;
     p.cu_seqlens_q = cu, p.seqused_k = sk, p.block_table = bt;
     p.lse = (fz_bits(&f, 1) & 1) ? lse : NULL;
     p.lse_stride_head = p.total_q, p.lse_stride_tok = 1;
-    p.softmax_scale = fz_float(&f);
+    p.softmax_scale = hostile ? fz_float(&f) : 0.125f;
     p.causal = (int)(fz_bits(&f, 1) & 1);
-    p.window_left = (int)fz_range(&f, -2, 20);
-    p.window_right = (int)fz_range(&f, -2, 20);
-    p.softcap = (fz_bits(&f, 1) & 1) ? fz_float(&f) : 0.0f;
-    for (int i = 0; i < 16; i++) kd[i] = fz_float(&f), vd[i] = fz_float(&f);
-    for (int i = 0; i < 20; i++) slopes[i] = fz_float(&f), sinks[i] = fz_float(&f);
+    p.window_left = (int)fz_range(&f, hostile ? -2 : -1, 20);
+    p.window_right = (int)fz_range(&f, hostile ? -2 : -1, 20);
+    p.softcap = (fz_bits(&f, 1) & 1) ? (hostile ? fz_float(&f) : 2.5f) : 0.0f;
+    for (int i = 0; i < 16; i++) kd[i] = hostile ? fz_float(&f) : 0.5f, vd[i] = hostile ? fz_float(&f) : 2.0f;
+    for (int i = 0; i < 20; i++) slopes[i] = hostile ? fz_float(&f) : 0.25f, sinks[i] = hostile ? fz_float(&f) : 1.0f;
     uint8_t opt = (uint8_t)fz_bits(&f, 1);
     if (opt & 1) p.alibi_slopes = slopes;
     if (opt & 2) p.s_aux = sinks;

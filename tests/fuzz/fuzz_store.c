@@ -48,8 +48,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     float *ko = malloc((size_t)(n * H * D) * sizeof(float) + 1), *vo = malloc((size_t)(n * H * D) * sizeof(float) + 1);
     if (!key || !value || !slots || !ko || !vo) goto done;
     for (size_t i = 0; i < (size_t)n * row; i++) key[i] = (unsigned char)fz_bits(&f, 1), value[i] = key[i] ^ 0x5a;
-    for (int64_t t = 0; t < n; t++) slots[t] = fz_index(&f, slots_limit);
-    int64_t layer = fz_index(&f, L);
+    /* hostile (bit set): slots and layer anywhere; else in range (or -1) so the store runs */
+    const int hostile = (int)(fz_bits(&f, 1) & 1);
+    for (int64_t t = 0; t < n; t++) slots[t] = hostile ? fz_index(&f, slots_limit) : fz_range(&f, -1, slots_limit - 1);
+    int64_t layer = hostile ? fz_index(&f, L) : fz_range(&f, 0, L - 1);
     (void)vt_kv_cache_store(cache, layer, key, (int64_t)row, D * (int64_t)es, value, (int64_t)row, D * (int64_t)es,
                             src, slots, n, (int)fz_range(&f, 1, 2), &err);
     (void)vt_kv_cache_gather(cache, fz_index(&f, L), slots, n, ko, vo, &err);
