@@ -1,7 +1,9 @@
 """Paged attention benchmark: model shapes (H_kv 8, D 128), ratios taken in
 one run against same-run probes (read bandwidth of a same-sized buffer,
 float32 FMA peak from benchmarks/_attn_probe.c built with the system
-compiler), interleaved and repeated, best of N quoted. Never asserts.
+compiler), interleaved and repeated, best of N quoted; with torch installed,
+torch SDPA (bfloat16, contiguous keys, same thread count) timed on the same
+problems, quoted as SDPA time / ours. Never asserts.
 
     python benchmarks/bench_attention.py [--ctx 32768] [--reps 5] [--threads N] [--out results/attention.json]
 """
@@ -89,6 +91,32 @@ def main():
     fma_peak = iters * 16 * 16 * 2 / t * nth
     res["fma_peak_gflops"] = fma_peak / 1e9
 
+    try:
+        import torch
+
+        torch.set_num_threads(nth)
+        res["torch"] = torch.__version__
+    except ImportError:
+        torch = None
+        res["torch"] = "not installed"
+
+    def sdpa_time(q, k, v, bt, G, q_len):
+        """torch SDPA (bfloat16, CPU) on the same keys gathered to contiguous
+        [1, H, ctx, D] outside the timing; GQA by enable_gqa; bottom-right
+        causal mask when q_len > 1."""
+        kc = torch.from_numpy(k[bt[0]].reshape(-1, k.shape[2], k.shape[3]).astype(np.float32))
+        vc = torch.from_numpy(v[bt[0]].reshape(-1, v.shape[2], v.shape[3]).astype(np.float32))
+        tk = kc.to(torch.bfloat16).transpose(0, 1)[None].contiguous()
+        tv = vc.to(torch.bfloat16).transpose(0, 1)[None].contiguous()
+        tq = torch.from_numpy(q.astype(np.float32)).to(torch.bfloat16).transpose(0, 1)[None].contiguous()
+        kl = tk.shape[2]
+        mask = None
+        if q_len > 1:
+            mask = torch.from_numpy(np.arange(kl)[None, :] <= (kl - q_len + np.arange(q_len))[:, None])
+        f = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask,  # noqa: E731
+                                                                     enable_gqa=G > 1)
+        return f
+
     # decode, GQA 1/4/8, bf16 vs fp8, paged vs contiguous, softcap on/off
     for gqa in (1, 4, 8):
         H = 8 * gqa
@@ -106,6 +134,10 @@ def main():
                 tc.append(best(runc, 1))
                 ts.append(best(runcap, 1))
             times[kv] = min(tr)
+            if torch is not None and kv == "bfloat16":
+                f = sdpa_time(q, k, v, args["block_table"], gqa, 1)
+                ts_ = [best(f, 1) for _ in range(a.reps)]
+                fig[f"decode_gqa{gqa}_sdpa_bf16_time_over_ours_bf16"] = min(ts_) / min(tr)
             fig[f"decode_gqa{gqa}_{kv}_kv_bytes_per_s_over_read_bw"] = nbytes / min(tr) / bw
             fig[f"decode_gqa{gqa}_{kv}_paged_over_contiguous"] = min(tr) / min(tc)
             fig[f"decode_gqa{gqa}_{kv}_softcap_on_over_off"] = min(ts) / min(tr)
@@ -121,15 +153,12 @@ def main():
         pairs = sum(kl - ql + i + 1 for i in range(ql))  # causal (query, key) pairs
         flops = 4.0 * 32 * 128 * pairs
         pt[kv] = t
+        if torch is not None and kv == "bfloat16":
+            f = sdpa_time(q, k, v, args["block_table"], 4, a.prefill_q)
+            fig["prefill_sdpa_bf16_time_over_ours_bf16"] = best(f, max(2, a.reps // 2)) / t
         fig[f"prefill_{kv}_gflops"] = flops / t / 1e9
         fig[f"prefill_{kv}_over_fma_peak"] = flops / t / fma_peak
     fig["prefill_fp8_over_bf16_speed"] = pt["bfloat16"] / pt["fp8_e4m3"]
-    try:
-        import torch  # noqa: F401
-
-        res["torch"] = "installed (SDPA comparison not yet in this script)"
-    except ImportError:
-        res["torch"] = "not installed"
     for kk, vv in fig.items():
         print(f"{kk:55s} {vv:8.3f}")
     print(f"fma_peak_gflops {res['fma_peak_gflops']:.1f}  isa {res['isa']}  threads {nth}")
