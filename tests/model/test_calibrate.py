@@ -66,6 +66,8 @@ def test_round_trip_resolve_and_load(tiny_dirs, tmp_path, per_head, fmt):
     else:
         assert qc["kv_cache_scheme"]["strategy"] == ("attn_head" if per_head else "tensor")
         assert qc["kv_cache_scheme"]["dynamic"] is False and qc["quant_method"] == "compressed-tensors"
+        if per_head:
+            assert (qc["total_num_heads"], qc["total_num_kv_heads"]) == (4, 2)
     # the original checkpoint is untouched and still resolves to its own dtype
     assert vt.resolve_kv_cache_dtype("auto", d).dtype == "float32"
     # the weights are the same tensors

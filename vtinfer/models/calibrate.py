@@ -125,6 +125,12 @@ def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, c
                                 "symmetric": True},
             "ignore": [], "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
         }
+        if per_head:
+            # vLLM 0.33.0's attn_head loader partitions scales over tensor-parallel
+            # ranks with these two numbers (llm-compressor writes them too).
+            geo = ck.geometry
+            cfg["quantization_config"]["total_num_heads"] = int(geo.num_heads)
+            cfg["quantization_config"]["total_num_kv_heads"] = int(geo.num_kv_heads)
     else:
         cfg["quantization_config"] = {
             "quant_method": "modelopt", "producer": {"name": "modelopt", "version": "vtinfer-calibrate"},
