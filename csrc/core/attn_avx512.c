@@ -195,6 +195,45 @@ T static AI void pv_vecs(const int NV, float *acc, float alpha, const float *P, 
     for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
 }
 
+/* One row, V decoded straight into the FMAs (no L1 buffer): for a group
+ * of one row (GQA 1 decode) the buffer's store and reload would cost more
+ * than the P V product itself. NC2 (constant after inlining) is the number
+ * of 32-element chunks, <= 8. */
+T static AI void pv_direct(const int NC2, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
+                           const uint8_t *const *vp, int D, int esz, int nk) {
+    __m512 a[16];
+    const __m512 al = _mm512_set1_ps(alpha);
+    VT_UNROLL
+    for (int v = 0; v < 2 * NC2; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
+    for (int jj = 0; jj < nk; jj++) {
+        if (P[jj] == 0.0f) continue;
+        __m512 pb = _mm512_set1_ps(P[jj]);
+        VT_UNROLL
+        for (int c = 0; c < NC2; c++) {
+            __m512 va, vb;
+            dec32(dt, vp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), tb, &va, &vb);
+            a[2 * c] = _mm512_fmadd_ps(pb, va, a[2 * c]);
+            a[2 * c + 1] = _mm512_fmadd_ps(pb, vb, a[2 * c + 1]);
+        }
+    }
+    VT_UNROLL
+    for (int v = 0; v < 2 * NC2; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
+}
+
+T static void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
+                            const uint8_t *const *vp, int D, int esz, int nk) {
+    switch (NC) {
+    case 1: pv_direct(1, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    case 2: pv_direct(2, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    case 3: pv_direct(3, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    case 4: pv_direct(4, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    case 5: pv_direct(5, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    case 6: pv_direct(6, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    case 7: pv_direct(7, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    default: pv_direct(8, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
+    }
+}
+
 T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
     int d = 0;
     for (; Dp - d >= 256; d += 256) pv_vecs(16, acc + d, alpha, P, vbuf + d, Dp, nk);
@@ -314,7 +353,8 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 16, 0, (size_t)(KB - nk) * 64);
-            for (int jj = 0; jj < nk; jj++)
+            const int direct = rg == 1 && NC <= 8; /* see pv_direct */
+            for (int jj = 0; jj < nk && !direct; jj++)
                 for (int c = 0; c < NC; c++) {
                     __m512 va, vb2;
                     dec32(dt, vp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), &tb, &va, &vb2);
@@ -362,7 +402,8 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                 if (alpha[r] == 1.0f &&
                     _mm512_cmp_ps_mask(_mm512_loadu_ps(pr), _mm512_setzero_ps(), _CMP_NEQ_UQ) == 0)
                     continue;
-                pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
+                if (direct) pv_row_direct(NC, dt, &tb, ag, alpha[r], pr, vp, D, esz, nk);
+                else pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
             }
         }
     }
