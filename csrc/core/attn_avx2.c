@@ -299,7 +299,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
                 float bm = hmax8(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), sc, vis));
                 float mn = bm > mg[r] ? bm : mg[r];
                 /* weights below e^-60 flushed to 0 (see attn_avx512.c) */
-                alpha[r] = mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn);
+                alpha[r] = mg[r] == mn ? 1.0f : (mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn));
                 __m256 x = _mm256_sub_ps(sc, _mm256_set1_ps(mn));
                 vis = _mm256_and_ps(vis, _mm256_cmp_ps(x, _mm256_set1_ps(-60.0f), _CMP_NLT_UQ));
                 __m256 e = _mm256_and_ps(vis, exp8(_mm256_max_ps(x, _mm256_set1_ps(-80.0f))));

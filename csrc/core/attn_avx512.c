@@ -389,7 +389,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                 /* Weights below e^-60 are flushed to 0: their share of the sum is
                  * < 1e-21 of it, and their products with V would be subnormal
                  * (a microcode assist on every FMA). m = -inf gives alpha 0. */
-                alpha[r] = mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn);
+                alpha[r] = mg[r] == mn ? 1.0f : (mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn));
                 __m512 x = _mm512_sub_ps(sc, _mm512_set1_ps(mn));
                 vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_NLT_UQ); /* NaN stays */
                 __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
