@@ -246,3 +246,23 @@ def test_resolver_threads_equal_serial(tmp_path):
                         for i in range(THREADS)])
     for i in range(THREADS):
         assert all(r == serial[i] for r in got[i])
+
+
+def test_reshape_and_cache_x_split_threads_equal_serial():
+    """The chunked (x-split) store converts pieces through a buffer: 8 threads
+    on separate caches must each get the serial run's bytes."""
+    NB, H, D, BS, x = 16, 2, 64, 16, 16
+    jobs = [(_data(20 + i, n=128), np.random.default_rng(200 + i).permutation(NB * BS)[:128]) for i in range(THREADS)]
+
+    def fresh():
+        return np.zeros((NB, H, D // x, BS, x), np.uint8), np.zeros((NB, H, D, BS), np.uint8)
+
+    def run(i, kc, vc, reps):
+        (k, v), slots = jobs[i]
+        for _ in range(reps):
+            vt.reshape_and_cache(k, v, kc, vc, slots, "fp8_e4m3", np.float32(0.5), np.float32(2.0), num_threads=1)
+        return kc.tobytes() + vc.tobytes()
+
+    serial = [run(i, *fresh(), 1) for i in range(THREADS)]
+    got = _run_threads([lambda i=i: run(i, *fresh(), 50) for i in range(THREADS)])
+    assert got == serial
