@@ -251,8 +251,8 @@ def test_resolver_threads_equal_serial(tmp_path):
 def test_reshape_and_cache_x_split_threads_equal_serial():
     """The chunked (x-split) store converts pieces through a buffer: 8 threads
     on separate caches must each get the serial run's bytes."""
-    NB, H, D, BS, x = 16, 2, 64, 16, 16
-    jobs = [(_data(20 + i, n=128), np.random.default_rng(200 + i).permutation(NB * BS)[:128]) for i in range(THREADS)]
+    NB, H, D, BS, x = 64, 2, 64, 16, 16
+    jobs = [(_data(20 + i, n=1024), np.random.default_rng(200 + i).permutation(NB * BS)) for i in range(THREADS)]
 
     def fresh():
         return np.zeros((NB, H, D // x, BS, x), np.uint8), np.zeros((NB, H, D, BS), np.uint8)
@@ -264,5 +264,5 @@ def test_reshape_and_cache_x_split_threads_equal_serial():
         return kc.tobytes() + vc.tobytes()
 
     serial = [run(i, *fresh(), 1) for i in range(THREADS)]
-    got = _run_threads([lambda i=i: run(i, *fresh(), 50) for i in range(THREADS)])
+    got = _run_threads([lambda i=i: run(i, *fresh(), 30) for i in range(THREADS)])
     assert got == serial
