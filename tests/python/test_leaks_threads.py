@@ -260,9 +260,9 @@ def test_reshape_and_cache_x_split_threads_equal_serial():
     def run(i, kc, vc, reps):
         (k, v), slots = jobs[i]
         for _ in range(reps):
-            vt.reshape_and_cache(k, v, kc, vc, slots, "fp8_e4m3", np.float32(0.5), np.float32(2.0), num_threads=1)
+            vt.reshape_and_cache(k, v, kc, vc, slots, "fp8_e4m3", np.float32(0.5), np.float32(2.0), num_threads=2)
         return kc.tobytes() + vc.tobytes()
 
     serial = [run(i, *fresh(), 1) for i in range(THREADS)]
-    got = _run_threads([lambda i=i: run(i, *fresh(), 30) for i in range(THREADS)])
+    got = _run_threads([lambda i=i: run(i, *fresh(), 100) for i in range(THREADS)])
     assert got == serial
