@@ -41,13 +41,16 @@ def main() -> None:
     back = np.empty(n, np.float32)
     copy_dst = np.empty_like(x)
     codes_copy = np.empty(n, np.uint8)
+    codes2 = np.empty(n, np.uint8)
     nt = args.threads
-    scale = 0.5
+    scale = 0.5  # a power of two: the multiply path
 
     ops = {
         "memcpy_f32": lambda: _C._bench_copy(copy_dst, x, nt),
         "memcpy_u8": lambda: _C._bench_copy(codes_copy, codes, nt),
         "quantize_e4m3": lambda: vt.fp8_quantize(x, scale, "e4m3", out=codes, num_threads=nt),
+        # a calibrated (non-power-of-two) scale takes the checked-division path
+        "quantize_e4m3_scale_0.37": lambda: vt.fp8_quantize(x, 0.37, "e4m3", out=codes2, num_threads=nt),
         "dequantize_e4m3": lambda: vt.fp8_dequantize(codes, scale, "e4m3", out=back, num_threads=nt),
     }
     slow: dict = {}
@@ -72,12 +75,14 @@ def main() -> None:
     rs = interleaved(slow, max(2, args.repeats // 3)) if slow else {}
     r.update(rs)
     # correctness spot check of what was timed (never an assertion)
-    ok = bool(np.array_equal(vt.fp8_quantize(x[:4096], scale), codes[:4096]))
+    ok = bool(np.array_equal(vt.fp8_quantize(x[:4096], scale), codes[:4096])) and bool(
+        np.array_equal(vt.fp8_quantize(x[-4096:], 0.37), codes2[-4096:]))
 
     moved = {
         "memcpy_f32": 8 * n,
         "memcpy_u8": 2 * n,
         "quantize_e4m3": 5 * n,
+        "quantize_e4m3_scale_0.37": 5 * n,
         "dequantize_e4m3": 5 * n,
         "ml_dtypes_quantize": 5 * n,
         "torch_quantize": 5 * n,
@@ -90,6 +95,8 @@ def main() -> None:
         "quantize_input_bytes_per_s_vs_memcpy_best": res["memcpy_f32"]["best_s"] / res["quantize_e4m3"]["best_s"],
         "quantize_input_bytes_per_s_vs_memcpy_median": res["memcpy_f32"]["median_s"]
         / res["quantize_e4m3"]["median_s"],
+        "quantize_scale_0.37_input_bytes_per_s_vs_memcpy_best": res["memcpy_f32"]["best_s"]
+        / res["quantize_e4m3_scale_0.37"]["best_s"],
         "quantize_touched_bytes_per_s_vs_memcpy_best": res["quantize_e4m3"]["GBps_best"]
         / res["memcpy_f32"]["GBps_best"],
         "dequantize_output_bytes_per_s_vs_memcpy_best": res["memcpy_f32"]["best_s"] / res["dequantize_e4m3"]["best_s"],

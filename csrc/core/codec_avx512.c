@@ -182,8 +182,14 @@ T static inline void put16(uint8_t *dst, __m128i codes, int stream) {
         const div_consts d = make_div(scale, &c, MBITS, EMIN);                                      \
         const div_mode mode = division_mode(scale);                                                 \
         const char *s = (const char *)src;                                                          \
-        const int stream = n >= STREAM_MIN_ELEMS && ((uintptr_t)dst & 15u) == 0;                    \
+        const int stream = n >= STREAM_MIN_ELEMS;                                                   \
         size_t i = 0;                                                                               \
+        if (stream && ((uintptr_t)dst & 15u) != 0) { /* peel up to 15 codes: aligned streams */     \
+            size_t head = 16u - ((uintptr_t)dst & 15u);                                             \
+            __mmask16 m = tail_mask(head);                                                          \
+            _mm_mask_storeu_epi8(dst, m, enc_fp8(_mm512_div_ps(LD(s, m), d.scale), &c));            \
+            i = head;                                                                               \
+        }                                                                                           \
         if (mode == DIV_POW2) {                                                                     \
             for (; i + 16 <= n; i += 16) {                                                          \
                 if (stream) _mm_prefetch(s + i * (ES) + PREFETCH_BYTES, _MM_HINT_T0);               \
@@ -220,7 +226,13 @@ QUANT(q_bf16_e5m2, ld_bf16, 2, 2, -14, 0x7Bu)
     T static void NAME(const uint8_t *src, void *dst, size_t n, float scale) {         \
         const __m512 s = _mm512_set1_ps(scale);                                        \
         size_t i = 0;                                                                  \
-        if ((ES) == 4 && n >= STREAM_MIN_ELEMS && ((uintptr_t)dst & 63u) == 0) {       \
+        if ((ES) == 4 && n >= STREAM_MIN_ELEMS && ((uintptr_t)dst & 3u) == 0) {        \
+            if (((uintptr_t)dst & 63u) != 0) { /* peel to a 64-byte boundary */        \
+                size_t head = (64u - ((uintptr_t)dst & 63u)) / 4u;                     \
+                __mmask16 m = tail_mask(head);                                         \
+                ST(dst, _mm512_mul_ps(DEC(_mm_maskz_loadu_epi8(m, src)), s), m);       \
+                i = head;                                                              \
+            }                                                                          \
             for (; i + 16 <= n; i += 16) {                                             \
                 _mm_prefetch((const char *)src + i + PREFETCH_BYTES / 2, _MM_HINT_T0); \
                 _mm512_stream_ps((float *)dst + i,                                     \

@@ -340,6 +340,31 @@ static void test_division_boundaries(void) {
     }
 }
 
+/* Long rows stream their output past the caches after peeling to an
+ * aligned address: every misalignment of dst, every ISA vs scalar. */
+static void test_stream_alignment(void) {
+    enum { N = 70001 };
+    float *x = malloc((N + 16) * sizeof(float)), *f0 = malloc((N + 32) * sizeof(float)),
+          *f1 = malloc((N + 32) * sizeof(float));
+    uint8_t *c0 = malloc(N + 64), *c1 = malloc(N + 64);
+    for (int i = 0; i < N + 16; i++) x[i] = sinf((float)i * 0.37f) * 600.0f;
+    for (int k = 0; k < isa_count; k++)
+        for (int off = 0; off < 16; off++)
+            for (int f = 0; f < 2; f++) {
+                const float scales[] = {0.5f, 0.37f};
+                for (int si = 0; si < 2; si++) {
+                    isa_kernels[0].quant[VT_DTYPE_F32][f](x + 1, c0 + off, N, scales[si]);
+                    isa_kernels[k].quant[VT_DTYPE_F32][f](x + 1, c1 + off, N, scales[si]);
+                    CHECK(memcmp(c0 + off, c1 + off, N) == 0, "stream quant isa %d fmt %d off %d", k, f, off);
+                }
+                isa_kernels[0].dequant[f][VT_DTYPE_F32](c0 + 5, f0 + off, N, 0.37f);
+                isa_kernels[k].dequant[f][VT_DTYPE_F32](c0 + 5, f1 + off, N, 0.37f);
+                CHECK(memcmp(f0 + off, f1 + off, N * sizeof(float)) == 0, "stream dequant isa %d fmt %d off %d", k, f,
+                      off);
+            }
+    free(x), free(f0), free(f1), free(c0), free(c1);
+}
+
 static void test_bulk_api(void) {
     vt_error err;
     float x[1000];
@@ -408,6 +433,7 @@ int main(int argc, char **argv) {
     test_half_sources();
     test_scale_is_division();
     test_division_boundaries();
+    test_stream_alignment();
     test_bulk_api();
     run_sweep(full);
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
