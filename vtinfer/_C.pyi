@@ -101,3 +101,28 @@ def reshape_and_cache(
     *,
     num_threads: int | None = None,
 ) -> None: ...
+
+# --- attention (issue #4) ---
+def flash_attn_varlen_func(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    cu_seqlens_q: Any,
+    seqused_k: Any,
+    block_table: Any,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Any = None,
+    s_aux: Any = None,
+    k_descale: Any = None,
+    v_descale: Any = None,
+    kv_cache_dtype: str = "auto",
+    out: np.ndarray | None = None,
+    return_lse: bool = False,
+    num_threads: int | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]: ...
