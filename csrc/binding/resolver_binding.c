@@ -15,13 +15,27 @@
 #include "vtinfer/json.h"
 #include "vtinfer/resolver.h"
 
-static PyObject *to_py(const vt_json *v) {
+/* A big JSON integer as a Python int. Python refuses to convert integers
+ * longer than sys.get_int_max_str_digits() (as json.loads does); the
+ * refusal becomes a ConfigError naming the document. */
+static PyObject *big_int(const vt_json *v, const char *doc, vt_module_state *st) {
+    PyObject *r = PyLong_FromString(v->str, NULL, 10);
+    if (r || !PyErr_ExceptionMatches(PyExc_ValueError)) return r;
+    PyErr_Clear();
+    PyErr_Format(st && st->ConfigError ? st->ConfigError : PyExc_ValueError,
+                 "%s: an integer must have at most sys.get_int_max_str_digits() digits to become a Python int (as "
+                 "json.loads requires); got one of %zu characters starting %.20s",
+                 doc ? doc : "<document>", strlen(v->str), v->str);
+    return NULL;
+}
+
+static PyObject *to_py(const vt_json *v, const char *doc, vt_module_state *st) {
     switch (v->kind) {
     case VT_JSON_NULL: Py_RETURN_NONE;
     case VT_JSON_FALSE: Py_RETURN_FALSE;
     case VT_JSON_TRUE: Py_RETURN_TRUE;
     case VT_JSON_INT:
-        if (v->big) return PyLong_FromString(v->str, NULL, 10);
+        if (v->big) return big_int(v, doc, st);
         return PyLong_FromLongLong((long long)v->i);
     case VT_JSON_FLOAT: return PyFloat_FromDouble(v->f);
     case VT_JSON_STRING: return PyUnicode_DecodeUTF8(v->str, (Py_ssize_t)v->len, "surrogatepass");
@@ -29,7 +43,7 @@ static PyObject *to_py(const vt_json *v) {
         PyObject *l = PyList_New((Py_ssize_t)v->count);
         if (!l) return NULL;
         for (size_t i = 0; i < v->count; i++) {
-            PyObject *x = to_py(v->items[i]);
+            PyObject *x = to_py(v->items[i], doc, st);
             if (!x) {
                 Py_DECREF(l);
                 return NULL;
@@ -43,7 +57,7 @@ static PyObject *to_py(const vt_json *v) {
         if (!d) return NULL;
         for (size_t i = 0; i < v->count; i++) {
             PyObject *k = PyUnicode_DecodeUTF8(v->members[i].key, (Py_ssize_t)v->members[i].key_len, "surrogatepass");
-            PyObject *x = k ? to_py(v->members[i].value) : NULL;
+            PyObject *x = k ? to_py(v->members[i].value, doc, st) : NULL;
             if (!x || PyDict_SetItem(d, k, x) < 0) {
                 Py_XDECREF(k);
                 Py_XDECREF(x);
@@ -111,7 +125,7 @@ static PyObject *py_json_loads(PyObject *m, PyObject *args, PyObject *kw) {
     vt_json_limits lim = {(size_t)max_bytes, max_depth};
     vt_json_doc *doc;
     if (load_doc(vt_state(m), text, "json_loads", "text", name, &lim, &doc) < 0) return NULL;
-    PyObject *r = to_py(vt_json_root(doc));
+    PyObject *r = to_py(vt_json_root(doc), name, vt_state(m));
     vt_json_free(doc);
     return r;
 }
@@ -192,7 +206,7 @@ static PyObject *py_resolve(PyObject *m, PyObject *args, PyObject *kw) {
         set_item(d, "quant_method", r.has_quant_config ? PyUnicode_DecodeUTF8(r.quant_method,
                  (Py_ssize_t)strlen(r.quant_method), "replace") : Py_NewRef(Py_None)) < 0 ||
         set_item(d, "rule", PyUnicode_DecodeUTF8(r.rule, (Py_ssize_t)strlen(r.rule), "replace")) < 0 ||
-        set_item(d, "quant_config", qc ? to_py(qc) : Py_NewRef(Py_None)) < 0 ||
+        set_item(d, "quant_config", qc ? to_py(qc, files[r.quant_file], st) : Py_NewRef(Py_None)) < 0 ||
         set_item(d, "hf_quant_config_read", PyBool_FromLong(hqd != NULL)) < 0)
         goto fail;
     goto done;

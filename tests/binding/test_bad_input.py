@@ -694,7 +694,7 @@ def _run_batch() -> None:
 
 
 # Rows that fail today, each owed in .agents/specs/hardening.md (strict: a fix turns them green -> XPASS fails).
-KNOWN = {"json_huge_integer": "#5 owed: the int_max_str_digits ValueError does not name config.json"}
+KNOWN: dict[str, str] = {}  # row name -> why it is an expected failure (none now)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=True))
