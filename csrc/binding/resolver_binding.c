@@ -204,7 +204,7 @@ static PyObject *py_resolve(PyObject *m, PyObject *args, PyObject *kw) {
         set_item(d, "quant_config_file",
                  files[r.quant_file] ? PyUnicode_FromString(files[r.quant_file]) : Py_NewRef(Py_None)) < 0 ||
         set_item(d, "quant_method", r.has_quant_config ? PyUnicode_DecodeUTF8(r.quant_method,
-                 (Py_ssize_t)strlen(r.quant_method), "replace") : Py_NewRef(Py_None)) < 0 ||
+                 (Py_ssize_t)strlen(r.quant_method), "surrogatepass") : Py_NewRef(Py_None)) < 0 ||
         set_item(d, "rule", PyUnicode_DecodeUTF8(r.rule, (Py_ssize_t)strlen(r.rule), "replace")) < 0 ||
         set_item(d, "quant_config", qc ? to_py(qc, files[r.quant_file], st) : Py_NewRef(Py_None)) < 0 ||
         set_item(d, "hf_quant_config_read", PyBool_FromLong(hqd != NULL)) < 0)
