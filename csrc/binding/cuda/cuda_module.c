@@ -26,6 +26,7 @@
 
 #include "vt_cuda.h"
 #include "vt_dlpack.h"
+#include "vt_status_map.h"
 #include "vtinfer/vtinfer.h"
 
 typedef struct cu_state {
@@ -36,17 +37,8 @@ typedef struct cu_state {
 static cu_state *cu_get_state(PyObject *m) { return (cu_state *)PyModule_GetState(m); }
 
 static PyObject *cu_raise(PyObject *m, int status, const vt_error *err) {
-    PyObject *type;
-    switch (status) {
-    case VT_ERR_VALUE:
-    case VT_ERR_OVERFLOW: type = PyExc_ValueError; break;
-    case VT_ERR_TYPE: type = PyExc_TypeError; break;
-    case VT_ERR_INDEX: type = PyExc_IndexError; break;
-    case VT_ERR_NOMEM: type = PyExc_MemoryError; break;
-    case VT_ERR_UNSUPPORTED: type = PyExc_NotImplementedError; break;
-    case VT_CUDA_ERR_RUNTIME: type = cu_get_state(m)->CudaError; break;
-    default: type = cu_get_state(m)->VtinferError; break;
-    }
+    PyObject *type = status == VT_CUDA_ERR_RUNTIME ? cu_get_state(m)->CudaError
+                                                   : vt_status_exception(status, cu_get_state(m)->VtinferError, NULL);
     PyErr_SetString(type, err->message[0] ? err->message : "vtinfer._cuda: unknown error");
     return NULL;
 }
