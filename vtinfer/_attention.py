@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C
+from vtinfer import _C, _cuda_ops
 
 
 def _f32(x: Any, name: str) -> np.ndarray | None:
@@ -107,7 +107,18 @@ def flash_attn_varlen_func(
     Returns
     -------
     out, or (out, lse) when ``return_lse``.
+
+    CUDA tensors (DLPack device type 2, e.g. torch CUDA tensors) run on the
+    device through the CUDA arm (``vtinfer._cuda``; ``num_threads`` is
+    ignored there).
     """
+    if _cuda_ops.is_cuda(q):
+        return _cuda_ops.flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+            window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale,
+            v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
+        )
     return _C.flash_attn_varlen_func(
         q,
         k,

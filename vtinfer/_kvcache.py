@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C
+from vtinfer import _C, _cuda_ops
 
 __all__ = ["KVLayer", "PagedKVCache", "reshape_and_cache", "reshape_and_cache_flash"]
 
@@ -225,7 +225,14 @@ def reshape_and_cache_flash(
         How to read the caches' shape (not in vLLM's signature).
     num_threads : int, optional
         Threads to use.
+
+    CUDA tensors (DLPack device type 2) are stored on the device by the
+    CUDA arm (``vtinfer._cuda``), with the same checks and bytes.
     """
+    if _cuda_ops.is_cuda(key):
+        _cuda_ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                                          k_scale, v_scale, layout=layout)
+        return
     _C.reshape_and_cache_flash(
         key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
         layout=layout, num_threads=num_threads,
