@@ -92,6 +92,34 @@ class PagedKVCache(_C.PagedKVCache):
     BufferError, as ``array.array`` does when resized under a view.
     """
 
+    @classmethod
+    def from_checkpoint(
+        cls,
+        model: Any,
+        kv_cache_dtype: str = "auto",
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        kv_cache_memory: int | str | None = None,
+    ) -> PagedKVCache:
+        """A cache for a checkpoint, as vLLM would build it.
+
+        The KV dtype is resolved from ``kv_cache_dtype`` and the checkpoint
+        (``vt.resolve_kv_cache_dtype``), the geometry read from its HF
+        config, the number of blocks planned (``num_blocks`` wins, then
+        ``kv_cache_memory`` bytes or a string such as ``"8GiB"``, else a
+        fallback; see ``vt.plan_kv_cache``), and for fp8 the per-layer (or
+        per-KV-head) ``k_scale``/``v_scale`` loaded from its safetensors
+        as vLLM loads them (``vt.kv_cache_args``).
+
+        Parameters
+        ----------
+        model : str, os.PathLike or vt.Checkpoint
+            The checkpoint directory.
+        """
+        from vtinfer.sizing import kv_cache_args
+
+        return cls(**kv_cache_args(model, kv_cache_dtype, block_size, num_blocks, kv_cache_memory))
+
     def layer(self, layer: int) -> KVLayer:
         """One layer as an object with ``.key``, ``.value`` and ``__dlpack__``."""
         return KVLayer(self, layer)
