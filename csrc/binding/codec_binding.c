@@ -139,6 +139,15 @@ fail:
     return NULL;
 }
 
+/* The common end of every codec entry point: unpin the input, then raise
+ * the core's error or return the (pinned) output array. */
+static PyObject *finish(vt_module_state *st, vt_status s, const vt_error *err, vt_tensor *in, vt_tensor *out) {
+    vt_tensor_release(in);
+    PyObject *result = s == VT_OK ? Py_NewRef(out->owner) : vt_raise(st, err);
+    vt_tensor_release(out);
+    return result;
+}
+
 static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "fp8_quantize";
     static char *kwlist[] = {"x", "scale", "fmt", "out", "num_threads", NULL};
@@ -169,14 +178,7 @@ static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS
     s = vt_fp8_quantize(x.data, (vt_dtype)x.elem, out.data, (size_t)n, scale, (vt_dtype)fmt, nth, &err);
     Py_END_ALLOW_THREADS
-    vt_tensor_release(&x);
-    if (s != VT_OK) {
-        vt_tensor_release(&out);
-        return vt_raise(st, &err);
-    }
-    PyObject *result = Py_NewRef(out.owner);
-    vt_tensor_release(&out);
-    return result;
+    return finish(st, s, &err, &x, &out);
 }
 
 static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
@@ -214,14 +216,7 @@ static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS
     s = vt_fp8_dequantize(c.data, (vt_dtype)fmt, out.data, (vt_dtype)dtype, (size_t)n, scale, nth, &err);
     Py_END_ALLOW_THREADS
-    vt_tensor_release(&c);
-    if (s != VT_OK) {
-        vt_tensor_release(&out);
-        return vt_raise(st, &err);
-    }
-    PyObject *result = Py_NewRef(out.owner);
-    vt_tensor_release(&out);
-    return result;
+    return finish(st, s, &err, &c, &out);
 fail_c:
     vt_tensor_release(&c);
     return NULL;
@@ -253,14 +248,7 @@ static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS
     s = vt_convert(x.data, (vt_dtype)x.elem, out.data, (vt_dtype)dtype, (size_t)n, nth, &err);
     Py_END_ALLOW_THREADS
-    vt_tensor_release(&x);
-    if (s != VT_OK) {
-        vt_tensor_release(&out);
-        return vt_raise(st, &err);
-    }
-    PyObject *result = Py_NewRef(out.owner);
-    vt_tensor_release(&out);
-    return result;
+    return finish(st, s, &err, &x, &out);
 }
 
 static PyMethodDef codec_methods[] = {
