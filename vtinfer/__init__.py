@@ -36,20 +36,22 @@ def build_info() -> dict[str, Any]:
         ``version``, ``isa`` (the kernels in use: scalar, avx2, avx512),
         ``isa_best`` (the best this CPU allows), ``cpu_features``,
         ``compiler``, ``cuda_built`` and ``cuda`` (a one-line status of the
-        CUDA arm).
+        CUDA extension ``vtinfer._cuda``: "CUDA extension not built",
+        "CUDA extension built, no CUDA device" or "... built, N CUDA devices").
     """
     info = dict(_C.build_info())
-    try:  # the CUDA arm is a separate extension, built only where nvcc was found
+    try:  # the CUDA extension is separate, built only where nvcc was found
         from vtinfer import _cuda
     except ImportError:
         _cuda = None
     if _cuda is None:
-        info["cuda"] = "CUDA arm built, no device" if info["cuda_built"] else "CUDA arm not built"
+        info["cuda"] = "CUDA extension built, no CUDA device" if info["cuda_built"] else "CUDA extension not built"
     else:
         n = _cuda.device_count()  # never raises: 0 when the runtime finds no device
         info["cuda_built"] = True
         info["cuda_devices"] = n
-        info["cuda"] = f"CUDA arm built, {n} device{'s' if n != 1 else ''}" if n else "CUDA arm built, no device"
+        info["cuda"] = (f"CUDA extension built, {n} CUDA device{'s' if n != 1 else ''}" if n
+                        else "CUDA extension built, no CUDA device")
     return info
 
 

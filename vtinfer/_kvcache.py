@@ -56,6 +56,20 @@ class KVLayer:
     def __repr__(self) -> str:
         return f"KVLayer({self.index} of {self.cache!r})"
 
+    def _repr_html_(self) -> str:
+        c = self.cache
+        ks, vs = c.layer_scales(self.index)
+        rows = [
+            ("layer", f"{self.index} of {c.num_layers}"),
+            ("dtype", c.dtype),
+            ("layout", c.layout),
+            ("K / V shape", " x ".join(map(str, c.key_cache(self.index).shape))),
+            ("bytes (K + V)", f"{c.nbytes // c.num_layers:,}"),
+            ("k_scale", _scale_summary(ks)),
+            ("v_scale", _scale_summary(vs)),
+        ]
+        return _html_table("KVLayer", rows)
+
 
 class PagedKVCache(_C.PagedKVCache):
     """A vLLM-compatible paged KV cache in CPU memory.
@@ -204,11 +218,24 @@ class PagedKVCache(_C.PagedKVCache):
             ("KV heads x head size", f"{self.num_kv_heads} x {self.head_size}"),
             ("page bytes", f"{self.page_bytes:,}"),
             ("total bytes", f"{self.nbytes:,}"),
-            ("k_scale", np.array2string(self.k_scale, threshold=16)),
-            ("v_scale", np.array2string(self.v_scale, threshold=16)),
+            ("k_scale", _scale_summary(self.k_scale)),
+            ("v_scale", _scale_summary(self.v_scale)),
         ]
-        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
-        return f"<table><caption>PagedKVCache</caption>{body}</table>"
+        return _html_table("PagedKVCache", rows)
+
+
+def _scale_summary(a: np.ndarray) -> str:
+    """A scale array for a repr: the values when there are at most 8 per-layer
+    scales, else (per-head scales, or many layers) shape, min and max."""
+    a = np.asarray(a)
+    if a.ndim <= 1 and a.size <= 8:
+        return np.array2string(a)
+    return f"shape {list(a.shape)}, min {float(a.min()):.6g}, max {float(a.max()):.6g}"
+
+
+def _html_table(caption: str, rows: list[tuple[str, Any]]) -> str:
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption>{html.escape(caption)}</caption>{body}</table>"
 
 
 def reshape_and_cache_flash(

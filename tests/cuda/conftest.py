@@ -9,7 +9,9 @@ def _device_reason():
     except ImportError:
         return "vtinfer._cuda not built (nvcc not found at build time, or VTINFER_CUDA=0)"
     if _cuda.device_count() == 0:
-        return f"no CUDA device: {_cuda.device_status()}"
+        # cudaErrorInsufficientDriver is what the runtime says where no NVIDIA
+        # driver is loaded at all, as on a machine without a GPU: lead with that.
+        return f"no CUDA device (the CUDA runtime reports: {_cuda.device_status()})"
     try:
         import torch
     except ImportError:

@@ -25,7 +25,8 @@ def test_build_info_reports_the_arm():
     assert info["cuda_built"] is True
     n = _cuda.device_count()
     assert info["cuda_devices"] == n
-    assert info["cuda"] == ("CUDA arm built, no device" if n == 0 else f"CUDA arm built, {n} device" + ("s" if n > 1 else ""))
+    assert info["cuda"] == ("CUDA extension built, no CUDA device" if n == 0
+                            else f"CUDA extension built, {n} CUDA device" + ("s" if n > 1 else ""))
 
 
 def test_device_status_never_raises():
