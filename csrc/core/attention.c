@@ -1,7 +1,8 @@
 /* Paged attention: argument checks, work planning (query tiles x KV-head
  * groups x key splits), the thread schedule, the split-KV log-sum-exp merge
  * and the output writes. The per-tile math lives in attn_ref.c (scalar
- * twin) and attn_avx512.c / attn_avx2.c, chosen by vt_isa_active(). */
+ * twin) and attn_avx512.c / attn_avx2.c, taken from the active ISA's
+ * kernel table once per call. */
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -341,14 +342,6 @@ static void run_merges(void *vctx, int ith, int nth) {
     }
 }
 
-static vt_attn_tile_fn pick_tile(void) {
-#if VT_X86
-    if (vt_isa_active() == VT_ISA_AVX512) return vt_attn_tile_avx512;
-    if (vt_isa_active() == VT_ISA_AVX2) return vt_attn_tile_avx2;
-#endif
-    return vt_attn_tile_scalar;
-}
-
 vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_bytes, int num_threads,
                          vt_error *err) {
     vt_error_clear(err);
@@ -363,7 +356,7 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
     if (!p->q || !p->out || ((!p->k || !p->v) && p->num_blocks > 0))
         return vt_error_set(err, VT_ERR_VALUE, FN ": q, k, v and out must not be NULL");
     make_plan(p, num_threads, &pl, (void *)al, err);
-    run_ctx ctx = {.p = p, .pl = &pl, .tile = pick_tile()};
+    run_ctx ctx = {.p = p, .pl = &pl, .tile = vt_kernels_active()->attn_tile};
     atomic_init(&ctx.next, 0);
     int nth = pl.nth;
     if ((int64_t)nth > pl.n_items) nth = (int)pl.n_items;

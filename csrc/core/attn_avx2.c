@@ -16,9 +16,9 @@
  * 2^8, which is exact. AVX2 has no byte-masked loads: a row's last partial
  * chunk is copied to a zero-padded buffer first. */
 #include "attn_internal.h"
+#include "simd_avx2.h"
 
 #if VT_X86
-#include <immintrin.h>
 
 #define T VT_TARGET_AVX2
 #define AI __attribute__((always_inline)) inline
@@ -77,24 +77,9 @@ T static AI void dec16(vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
         *a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)src));
         *b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 16)));
     } else if (dt == VT_DTYPE_BF16) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)src);
-        *a = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-        *b = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000u)));
+        vt256_bf16_split(_mm256_loadu_si256((const __m256i *)src), a, b);
     } else {
-        __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
-        __m256 f = _mm256_set1_ps(1.0f);
-        if (dt == VT_DTYPE_FP8_E5M2) {
-            w = _mm256_slli_epi16(w, 8);
-        } else {
-            __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
-            __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
-                                        _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
-            __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
-            w = _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), nan);
-            f = _mm256_set1_ps(256.0f);
-        }
-        *a = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(w)), f);
-        *b = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(w, 1)), f);
+        vt256_fp8x16_to_f32(dt == VT_DTYPE_FP8_E4M3, _mm_loadu_si128((const __m128i *)src), a, b);
     }
 }
 

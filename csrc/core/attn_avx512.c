@@ -19,9 +19,9 @@
  * decoded once per block into an L1 buffer; P V keeps a row's accumulator
  * in registers. The next block's K/V rows are prefetched. */
 #include "attn_internal.h"
+#include "simd_avx512.h"
 
 #if VT_X86
-#include <immintrin.h>
 
 #define T VT_TARGET_AVX512
 #define AI __attribute__((always_inline)) inline
@@ -36,9 +36,7 @@
 #define PF_HINT _MM_HINT_T0
 #endif
 
-typedef struct fp8tab {
-    __m512i t0, t1, t2, t3; /* bf16 bits of magnitudes 0-31, 32-63, 64-95, 96-127 */
-} fp8tab;
+typedef vt512_fp8tab fp8tab; /* simd_avx512.h: the decode shared with the codec */
 
 T static AI __m512 exp16(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
@@ -99,18 +97,9 @@ T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8ta
         *b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
         return;
     }
-    if (dt == VT_DTYPE_BF16) {
-        x = _mm512_maskz_loadu_epi16(m, src);
-    } else {
-        __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src));
-        __m512i lo = _mm512_permutex2var_epi16(tb->t0, w, tb->t1); /* index bits 0-5 */
-        __m512i hi = _mm512_permutex2var_epi16(tb->t2, w, tb->t3);
-        x = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40)), lo, hi);
-        /* sign: bit 7 of the code -> bit 15 (x | (w << 8 & 0x8000)) */
-        x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000), 0xF8);
-    }
-    *a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    *b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
+    if (dt == VT_DTYPE_BF16) x = _mm512_maskz_loadu_epi16(m, src);
+    else x = vt512_fp8_to_bf16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src)), tb);
+    vt512_bf16_split(x, a, b);
 }
 
 /* Fold 16 vectors x[j] into one whose lane j is the sum of x[j]'s lanes. */
@@ -298,18 +287,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
     float *vbuf = P + (size_t)rg * KB;   /* KB * Dp decoded V rows */
     float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
     float *alpha = tmp + Dp;             /* rg */
-    fp8tab tb;
-    if (vt_fp8_index(dt) >= 0) {
-        const float *t = vt_fp8_decode_table(dt);
-        __m512i h[8];
-        for (int i = 0; i < 8; i++) h[i] = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(t + 16 * i)), 16);
-        tb.t0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[0])), _mm512_cvtepi32_epi16(h[1]), 1);
-        tb.t1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[2])), _mm512_cvtepi32_epi16(h[3]), 1);
-        tb.t2 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[4])), _mm512_cvtepi32_epi16(h[5]), 1);
-        tb.t3 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(h[6])), _mm512_cvtepi32_epi16(h[7]), 1);
-    } else {
-        tb.t0 = tb.t1 = tb.t2 = tb.t3 = _mm512_setzero_si512();
-    }
+    const fp8tab tb = vt512_fp8_table(dt);
     for (int r = 0; r < rows; r++) {
         int g = it->g + r / rg, lr = r % rg;
         int h = g * G + lr % G;

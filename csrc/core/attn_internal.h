@@ -37,8 +37,7 @@ static inline float vt_attn_logit_mul(const vt_attn_params *p, int b, int g) {
  * the sum l of e^{s - m} and acc = sum e^{s - m} V (true decoded units, no
  * v_descale), over the visible keys of [kb, ke); a row with no visible key
  * gets m = -inf, l = 0, acc = 0. `work` holds vt_attn_work_floats floats. */
-typedef void (*vt_attn_tile_fn)(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                                float *acc);
+/* (vt_attn_tile_fn, in vt_internal.h, is the type of such a kernel; one per ISA table.) */
 
 /* Floats of per-thread work any tile kernel may use for `rows` rows. */
 static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {

@@ -1,28 +1,8 @@
 /* Bulk codecs: argument checks, the split over threads, and the choice of
- * row kernels for the active ISA. */
+ * row kernels from the active ISA's table (vt_kernels_active). */
 #include "vt_internal.h"
 
-static vt_codec_kernels active;
-static int active_ready;
-
-void vt_codec_select(vt_isa isa) {
-    vt_codec_kernels k;
-    memset(&k, 0, sizeof k);
-    vt_codec_fill_scalar(&k);
-#if VT_X86
-    if (isa >= VT_ISA_AVX2) vt_codec_fill_avx2(&k);
-    if (isa >= VT_ISA_AVX512) vt_codec_fill_avx512(&k);
-#else
-    (void)isa;
-#endif
-    active = k;
-    active_ready = 1;
-}
-
-const vt_codec_kernels *vt_codec_active(void) {
-    if (!active_ready) (void)vt_runtime_init(NULL, NULL);
-    return &active;
-}
+const vt_codec_kernels *vt_codec_active(void) { return vt_kernels_active()->codec; }
 
 /* Arrays smaller than this run on one thread: waking workers costs more. */
 #define PARALLEL_MIN_ELEMS ((size_t)1 << 18)

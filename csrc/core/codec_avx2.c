@@ -1,18 +1,15 @@
 /* AVX2+FMA+F16C codec row kernels (8 lanes), per-function target
  * attributes; tails (< 8 elements) go to the scalar codecs, so every
  * element is bit-identical to the scalar twin in codec_scalar.c. */
-#include "vt_internal.h"
+#include "simd_avx2.h"
 
 #if VT_X86
-#include <immintrin.h>
 
 #define T VT_TARGET_AVX2
 
 T static inline __m256 ld_f32(const void *p) { return _mm256_loadu_ps(p); }
 T static inline __m256 ld_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128(p)); }
-T static inline __m256 ld_bf16(const void *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
-}
+#define ld_bf16 vt256_ld_bf16
 
 /* Low 16 bits of each 32-bit lane, in order, as 8 x uint16. */
 T static inline __m128i pack_u16(__m256i x) {
@@ -71,40 +68,7 @@ T static inline void st_codes(uint8_t *dst, __m256i code) {
 T static inline __m256i enc_e4m3(__m256 v) { return enc_fp8(v, 3, -6, 0x43E00000, 0x7E); }
 T static inline __m256i enc_e5m2(__m256 v) { return enc_fp8(v, 2, -14, 0x47600000, 0x7B); }
 
-T static inline __m256i ld_codes(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-
-T static inline __m256 dec_e4m3(const uint8_t *p) {
-    __m256i c = ld_codes(p);
-    __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
-    __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c, _mm256_set1_epi32(7))), _mm256_set1_ps(0x1p-9f));
-    __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag);
-    __m256i bits = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), is_sub);
-    __m256i nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
-    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), nan);
-    bits = _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24));
-    return _mm256_castsi256_ps(bits);
-}
-
-T static inline __m256 dec_e5m2(const uint8_t *p) {
-    __m256i c = ld_codes(p);
-    __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
-    __m256i m = _mm256_and_si256(c, _mm256_set1_epi32(3));
-    __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 21), _mm256_set1_epi32(112 << 23));
-    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-16f));
-    __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(4), mag);
-    __m256i bits = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), is_sub);
-    __m256i inf_nan = _mm256_or_si256(_mm256_set1_epi32(0x7F800000), _mm256_slli_epi32(m, 21));
-    __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7C));
-    inf_nan = _mm256_or_si256(inf_nan, _mm256_and_si256(nan, _mm256_set1_epi32(0x400000)));
-    __m256i special = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7B));
-    bits = _mm256_blendv_epi8(bits, inf_nan, special);
-    bits = _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24));
-    return _mm256_castsi256_ps(bits);
-}
-
-/* The scalar twins handle the last n % 8 elements. */
-static vt_codec_kernels scalar;
+/* The scalar twins (vt_codec_scalar) handle the last n % 8 elements (n % 16 for fp8 decode). */
 
 /* x / scale as a true float32 division at the cost of a multiply; see
  * divide() in codec_avx512.c for why this is exact. */
@@ -150,7 +114,7 @@ T static inline __m256 divide(__m256 x, const div_plan *p) {
         size_t i = 0;                                                                    \
         for (; i + 8 <= n; i += 8)                                                       \
             st_codes(dst + i, ENC(divide(LD((const char *)src + i * (ES)), &p)));        \
-        if (i < n) scalar.quant[S][F]((const char *)src + i * (ES), dst + i, n - i, scale); \
+        if (i < n) vt_codec_scalar.quant[S][F]((const char *)src + i * (ES), dst + i, n - i, scale); \
     }
 QUANT(q_f32_e4m3, ld_f32, 4, enc_e4m3, VT_DTYPE_F32, 0, 3, -6)
 QUANT(q_f16_e4m3, ld_f16, 2, enc_e4m3, VT_DTYPE_F16, 0, 3, -6)
@@ -159,25 +123,31 @@ QUANT(q_f32_e5m2, ld_f32, 4, enc_e5m2, VT_DTYPE_F32, 1, 2, -14)
 QUANT(q_f16_e5m2, ld_f16, 2, enc_e5m2, VT_DTYPE_F16, 1, 2, -14)
 QUANT(q_bf16_e5m2, ld_bf16, 2, enc_e5m2, VT_DTYPE_BF16, 1, 2, -14)
 
-#define DEQUANT(NAME, DEC, ST, ES, F, D)                                          \
+/* fp8 decode: the F16C map shared with the attention tile (simd_avx2.h). */
+#define DEQUANT(NAME, E4M3, ST, ES, F, D)                                         \
     T static void NAME(const uint8_t *src, void *dst, size_t n, float scale) {    \
         const __m256 s = _mm256_set1_ps(scale);                                   \
         size_t i = 0;                                                             \
-        for (; i + 8 <= n; i += 8) ST((char *)dst + i * (ES), _mm256_mul_ps(DEC(src + i), s)); \
-        if (i < n) scalar.dequant[F][D](src + i, (char *)dst + i * (ES), n - i, scale); \
+        for (; i + 16 <= n; i += 16) {                                            \
+            __m256 a, b;                                                          \
+            vt256_fp8x16_to_f32(E4M3, _mm_loadu_si128((const __m128i *)(src + i)), &a, &b); \
+            ST((char *)dst + i * (ES), _mm256_mul_ps(a, s));                      \
+            ST((char *)dst + (i + 8) * (ES), _mm256_mul_ps(b, s));                \
+        }                                                                         \
+        if (i < n) vt_codec_scalar.dequant[F][D](src + i, (char *)dst + i * (ES), n - i, scale); \
     }
-DEQUANT(d_e4m3_f32, dec_e4m3, st_f32, 4, 0, VT_DTYPE_F32)
-DEQUANT(d_e4m3_f16, dec_e4m3, st_f16, 2, 0, VT_DTYPE_F16)
-DEQUANT(d_e4m3_bf16, dec_e4m3, st_bf16, 2, 0, VT_DTYPE_BF16)
-DEQUANT(d_e5m2_f32, dec_e5m2, st_f32, 4, 1, VT_DTYPE_F32)
-DEQUANT(d_e5m2_f16, dec_e5m2, st_f16, 2, 1, VT_DTYPE_F16)
-DEQUANT(d_e5m2_bf16, dec_e5m2, st_bf16, 2, 1, VT_DTYPE_BF16)
+DEQUANT(d_e4m3_f32, 1, st_f32, 4, 0, VT_DTYPE_F32)
+DEQUANT(d_e4m3_f16, 1, st_f16, 2, 0, VT_DTYPE_F16)
+DEQUANT(d_e4m3_bf16, 1, st_bf16, 2, 0, VT_DTYPE_BF16)
+DEQUANT(d_e5m2_f32, 0, st_f32, 4, 1, VT_DTYPE_F32)
+DEQUANT(d_e5m2_f16, 0, st_f16, 2, 1, VT_DTYPE_F16)
+DEQUANT(d_e5m2_bf16, 0, st_bf16, 2, 1, VT_DTYPE_BF16)
 
 #define CONVERT(NAME, LD, LES, ST, SES, S, D)                                             \
     T static void NAME(const void *src, void *dst, size_t n) {                            \
         size_t i = 0;                                                                     \
         for (; i + 8 <= n; i += 8) ST((char *)dst + i * (SES), LD((const char *)src + i * (LES))); \
-        if (i < n) scalar.convert[S][D]((const char *)src + i * (LES), (char *)dst + i * (SES), n - i); \
+        if (i < n) vt_codec_scalar.convert[S][D]((const char *)src + i * (LES), (char *)dst + i * (SES), n - i); \
     }
 CONVERT(c_f32_f16, ld_f32, 4, st_f16, 2, VT_DTYPE_F32, VT_DTYPE_F16)
 CONVERT(c_f32_bf16, ld_f32, 4, st_bf16, 2, VT_DTYPE_F32, VT_DTYPE_BF16)
@@ -186,26 +156,17 @@ CONVERT(c_f16_bf16, ld_f16, 2, st_bf16, 2, VT_DTYPE_F16, VT_DTYPE_BF16)
 CONVERT(c_bf16_f32, ld_bf16, 2, st_f32, 4, VT_DTYPE_BF16, VT_DTYPE_F32)
 CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2, VT_DTYPE_BF16, VT_DTYPE_F16)
 
-void vt_codec_fill_avx2(vt_codec_kernels *k) {
-    vt_codec_fill_scalar(&scalar);
-    k->quant[VT_DTYPE_F32][0] = q_f32_e4m3;
-    k->quant[VT_DTYPE_F16][0] = q_f16_e4m3;
-    k->quant[VT_DTYPE_BF16][0] = q_bf16_e4m3;
-    k->quant[VT_DTYPE_F32][1] = q_f32_e5m2;
-    k->quant[VT_DTYPE_F16][1] = q_f16_e5m2;
-    k->quant[VT_DTYPE_BF16][1] = q_bf16_e5m2;
-    k->dequant[0][VT_DTYPE_F32] = d_e4m3_f32;
-    k->dequant[0][VT_DTYPE_F16] = d_e4m3_f16;
-    k->dequant[0][VT_DTYPE_BF16] = d_e4m3_bf16;
-    k->dequant[1][VT_DTYPE_F32] = d_e5m2_f32;
-    k->dequant[1][VT_DTYPE_F16] = d_e5m2_f16;
-    k->dequant[1][VT_DTYPE_BF16] = d_e5m2_bf16;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_F16] = c_f32_f16;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_BF16] = c_f32_bf16;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_F32] = c_f16_f32;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_BF16] = c_f16_bf16;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_F32] = c_bf16_f32;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_F16] = c_bf16_f16;
-}
+/* The copies (same dtype) are the scalar twins' memcpy. */
+const vt_codec_kernels vt_codec_avx2 = {
+    .quant = {[VT_DTYPE_F32] = {q_f32_e4m3, q_f32_e5m2},
+              [VT_DTYPE_F16] = {q_f16_e4m3, q_f16_e5m2},
+              [VT_DTYPE_BF16] = {q_bf16_e4m3, q_bf16_e5m2}},
+    .dequant = {{[VT_DTYPE_F32] = d_e4m3_f32, [VT_DTYPE_F16] = d_e4m3_f16, [VT_DTYPE_BF16] = d_e4m3_bf16},
+                {[VT_DTYPE_F32] = d_e5m2_f32, [VT_DTYPE_F16] = d_e5m2_f16, [VT_DTYPE_BF16] = d_e5m2_bf16}},
+    .convert = {[VT_DTYPE_F32] = {[VT_DTYPE_F32] = vt_copy_4, [VT_DTYPE_F16] = c_f32_f16, [VT_DTYPE_BF16] = c_f32_bf16},
+                [VT_DTYPE_F16] = {[VT_DTYPE_F32] = c_f16_f32, [VT_DTYPE_F16] = vt_copy_2, [VT_DTYPE_BF16] = c_f16_bf16},
+                [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = c_bf16_f32, [VT_DTYPE_F16] = c_bf16_f16,
+                                   [VT_DTYPE_BF16] = vt_copy_2}},
+};
 
 #endif /* VT_X86 */

@@ -2,10 +2,9 @@
  * attributes so the library still loads on CPUs without AVX-512. Each one
  * is bit-identical to its scalar twin in codec_scalar.c; tests/c sweeps all
  * 2^32 float32 inputs and all codes to prove it. */
-#include "vt_internal.h"
+#include "simd_avx512.h"
 
 #if VT_X86
-#include <immintrin.h>
 
 #define T VT_TARGET_AVX512
 
@@ -15,10 +14,7 @@ T static inline __m512 ld_f32(const void *p, __mmask16 m) { return _mm512_maskz_
 T static inline __m512 ld_f16(const void *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
-T static inline __m512 ld_bf16(const void *p, __mmask16 m) {
-    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
+#define ld_bf16 vt512_ld_bf16
 
 /* float32 -> bfloat16 bits in 32-bit lanes, nearest even, NaN quietened. */
 T static inline __m256i bf16_bits(__m512 v) {
@@ -80,38 +76,6 @@ T static inline __m128i enc_fp8(__m512 v, const enc_consts *c) {
     code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(u, 24), c->sign_bit, 0xF8);
     __mmask16 nan = _mm512_cmpgt_epu32_mask(a, c->nan_bits);
     return _mm512_cvtepi32_epi8(_mm512_mask_mov_epi32(code, nan, c->canon_nan));
-}
-
-/* ---- fp8 decode of 16 codes to float32 (exact) ---- */
-
-T static inline __m512 dec_e4m3(__m128i bytes) {
-    __m512i c = _mm512_cvtepu8_epi32(bytes);
-    __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
-    __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
-    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(c, _mm512_set1_epi32(7))), _mm512_set1_ps(0x1p-9f));
-    __mmask16 is_sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8));
-    __m512i bits = _mm512_mask_mov_epi32(normal, is_sub, _mm512_castps_si512(sub));
-    __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
-    bits = _mm512_mask_mov_epi32(bits, nan, _mm512_set1_epi32(0x7FC00000));
-    bits = _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
-    return _mm512_castsi512_ps(bits);
-}
-
-T static inline __m512 dec_e5m2(__m128i bytes) {
-    __m512i c = _mm512_cvtepu8_epi32(bytes);
-    __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
-    __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(3));
-    __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 21), _mm512_set1_epi32(112 << 23));
-    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-16f));
-    __mmask16 is_sub = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(4));
-    __m512i bits = _mm512_mask_mov_epi32(normal, is_sub, _mm512_castps_si512(sub));
-    __mmask16 special = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(0x7C));
-    __m512i inf_nan = _mm512_or_si512(_mm512_set1_epi32(0x7F800000), _mm512_slli_epi32(m, 21));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7C));
-    inf_nan = _mm512_mask_or_epi32(inf_nan, nan, inf_nan, _mm512_set1_epi32(0x400000));
-    bits = _mm512_mask_mov_epi32(bits, special, inf_nan);
-    bits = _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
-    return _mm512_castsi512_ps(bits);
 }
 
 static inline __mmask16 tail_mask(size_t left) {
@@ -222,9 +186,12 @@ QUANT(q_f32_e5m2, ld_f32, 4, 2, -14, 0x7Bu)
 QUANT(q_f16_e5m2, ld_f16, 2, 2, -14, 0x7Bu)
 QUANT(q_bf16_e5m2, ld_bf16, 2, 2, -14, 0x7Bu)
 
-#define DEQUANT(NAME, DEC, ST, ES)                                                     \
+/* fp8 decode: the table lookup shared with the attention tile (simd_avx512.h). */
+#define DEC(bytes) vt512_fp8x16_to_f32(bytes, &tb)
+#define DEQUANT(NAME, FMT, ST, ES)                                                     \
     T static void NAME(const uint8_t *src, void *dst, size_t n, float scale) {         \
         const __m512 s = _mm512_set1_ps(scale);                                        \
+        const vt512_fp8tab tb = vt512_fp8_table(FMT);                                  \
         size_t i = 0;                                                                  \
         if ((ES) == 4 && n >= STREAM_MIN_ELEMS && ((uintptr_t)dst & 3u) == 0) {        \
             if (((uintptr_t)dst & 63u) != 0) { /* peel to a 64-byte boundary */        \
@@ -246,12 +213,12 @@ QUANT(q_bf16_e5m2, ld_bf16, 2, 2, -14, 0x7Bu)
             ST((char *)dst + i * (ES), v, m);                                          \
         }                                                                              \
     }
-DEQUANT(d_e4m3_f32, dec_e4m3, st_f32, 4)
-DEQUANT(d_e4m3_f16, dec_e4m3, st_f16, 2)
-DEQUANT(d_e4m3_bf16, dec_e4m3, st_bf16, 2)
-DEQUANT(d_e5m2_f32, dec_e5m2, st_f32, 4)
-DEQUANT(d_e5m2_f16, dec_e5m2, st_f16, 2)
-DEQUANT(d_e5m2_bf16, dec_e5m2, st_bf16, 2)
+DEQUANT(d_e4m3_f32, VT_DTYPE_FP8_E4M3, st_f32, 4)
+DEQUANT(d_e4m3_f16, VT_DTYPE_FP8_E4M3, st_f16, 2)
+DEQUANT(d_e4m3_bf16, VT_DTYPE_FP8_E4M3, st_bf16, 2)
+DEQUANT(d_e5m2_f32, VT_DTYPE_FP8_E5M2, st_f32, 4)
+DEQUANT(d_e5m2_f16, VT_DTYPE_FP8_E5M2, st_f16, 2)
+DEQUANT(d_e5m2_bf16, VT_DTYPE_FP8_E5M2, st_bf16, 2)
 
 #define CONVERT(NAME, LD, LES, ST, SES)                                        \
     T static void NAME(const void *src, void *dst, size_t n) {                 \
@@ -267,25 +234,19 @@ CONVERT(c_f16_bf16, ld_f16, 2, st_bf16, 2)
 CONVERT(c_bf16_f32, ld_bf16, 2, st_f32, 4)
 CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2)
 
-void vt_codec_fill_avx512(vt_codec_kernels *k) {
-    k->quant[VT_DTYPE_F32][0] = q_f32_e4m3;
-    k->quant[VT_DTYPE_F16][0] = q_f16_e4m3;
-    k->quant[VT_DTYPE_BF16][0] = q_bf16_e4m3;
-    k->quant[VT_DTYPE_F32][1] = q_f32_e5m2;
-    k->quant[VT_DTYPE_F16][1] = q_f16_e5m2;
-    k->quant[VT_DTYPE_BF16][1] = q_bf16_e5m2;
-    k->dequant[0][VT_DTYPE_F32] = d_e4m3_f32;
-    k->dequant[0][VT_DTYPE_F16] = d_e4m3_f16;
-    k->dequant[0][VT_DTYPE_BF16] = d_e4m3_bf16;
-    k->dequant[1][VT_DTYPE_F32] = d_e5m2_f32;
-    k->dequant[1][VT_DTYPE_F16] = d_e5m2_f16;
-    k->dequant[1][VT_DTYPE_BF16] = d_e5m2_bf16;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_F16] = c_f32_f16;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_BF16] = c_f32_bf16;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_F32] = c_f16_f32;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_BF16] = c_f16_bf16;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_F32] = c_bf16_f32;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_F16] = c_bf16_f16;
-}
+#undef DEC
+
+/* The copies (same dtype) are the scalar twins' memcpy. */
+const vt_codec_kernels vt_codec_avx512 = {
+    .quant = {[VT_DTYPE_F32] = {q_f32_e4m3, q_f32_e5m2},
+              [VT_DTYPE_F16] = {q_f16_e4m3, q_f16_e5m2},
+              [VT_DTYPE_BF16] = {q_bf16_e4m3, q_bf16_e5m2}},
+    .dequant = {{[VT_DTYPE_F32] = d_e4m3_f32, [VT_DTYPE_F16] = d_e4m3_f16, [VT_DTYPE_BF16] = d_e4m3_bf16},
+                {[VT_DTYPE_F32] = d_e5m2_f32, [VT_DTYPE_F16] = d_e5m2_f16, [VT_DTYPE_BF16] = d_e5m2_bf16}},
+    .convert = {[VT_DTYPE_F32] = {[VT_DTYPE_F32] = vt_copy_4, [VT_DTYPE_F16] = c_f32_f16, [VT_DTYPE_BF16] = c_f32_bf16},
+                [VT_DTYPE_F16] = {[VT_DTYPE_F32] = c_f16_f32, [VT_DTYPE_F16] = vt_copy_2, [VT_DTYPE_BF16] = c_f16_bf16},
+                [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = c_bf16_f32, [VT_DTYPE_F16] = c_bf16_f16,
+                                   [VT_DTYPE_BF16] = vt_copy_2}},
+};
 
 #endif /* VT_X86 */

@@ -4,6 +4,7 @@
  * the result does not depend on the floating-point environment (rounding
  * mode, FTZ/DAZ). See vtinfer/codec.h for the semantics. */
 #include <math.h>
+#include <pthread.h>
 
 #include "vt_internal.h"
 
@@ -94,18 +95,17 @@ float vt_f16_to_f32(uint16_t h) {
 /* ---- decode tables ---- */
 
 static float table_e4m3[256], table_e5m2[256];
-static int tables_ready;
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void build_tables(void) {
     for (int c = 0; c < 256; c++) {
         table_e4m3[c] = vt_fp8_e4m3_to_f32((uint8_t)c);
         table_e5m2[c] = vt_fp8_e5m2_to_f32((uint8_t)c);
     }
-    tables_ready = 1;
 }
 
 const float *vt_fp8_decode_table(vt_dtype fmt) {
-    if (!tables_ready) build_tables(); /* idempotent: every writer stores the same values */
+    pthread_once(&tables_once, build_tables);
     if (fmt == VT_DTYPE_FP8_E4M3) return table_e4m3;
     if (fmt == VT_DTYPE_FP8_E5M2) return table_e5m2;
     return NULL;
@@ -155,30 +155,21 @@ CONVERT_ROW(convert_f16_bf16, load_f16, store_bf16)
 CONVERT_ROW(convert_bf16_f32, load_bf16, store_f32)
 CONVERT_ROW(convert_bf16_f16, load_bf16, store_f16)
 
-static void copy_4(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 4); }
-static void copy_2(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 2); }
+void vt_copy_4(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 4); }
+void vt_copy_2(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 2); }
 
-void vt_codec_fill_scalar(vt_codec_kernels *k) {
-    (void)vt_fp8_decode_table(VT_DTYPE_FP8_E4M3);
-    k->quant[VT_DTYPE_F32][0] = quant_f32_e4m3;
-    k->quant[VT_DTYPE_F16][0] = quant_f16_e4m3;
-    k->quant[VT_DTYPE_BF16][0] = quant_bf16_e4m3;
-    k->quant[VT_DTYPE_F32][1] = quant_f32_e5m2;
-    k->quant[VT_DTYPE_F16][1] = quant_f16_e5m2;
-    k->quant[VT_DTYPE_BF16][1] = quant_bf16_e5m2;
-    k->dequant[0][VT_DTYPE_F32] = dequant_e4m3_f32;
-    k->dequant[0][VT_DTYPE_F16] = dequant_e4m3_f16;
-    k->dequant[0][VT_DTYPE_BF16] = dequant_e4m3_bf16;
-    k->dequant[1][VT_DTYPE_F32] = dequant_e5m2_f32;
-    k->dequant[1][VT_DTYPE_F16] = dequant_e5m2_f16;
-    k->dequant[1][VT_DTYPE_BF16] = dequant_e5m2_bf16;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_F32] = copy_4;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_F16] = copy_2;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_BF16] = copy_2;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_F16] = convert_f32_f16;
-    k->convert[VT_DTYPE_F32][VT_DTYPE_BF16] = convert_f32_bf16;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_F32] = convert_f16_f32;
-    k->convert[VT_DTYPE_F16][VT_DTYPE_BF16] = convert_f16_bf16;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_F32] = convert_bf16_f32;
-    k->convert[VT_DTYPE_BF16][VT_DTYPE_F16] = convert_bf16_f16;
-}
+const vt_codec_kernels vt_codec_scalar = {
+    .quant = {[VT_DTYPE_F32] = {quant_f32_e4m3, quant_f32_e5m2},
+              [VT_DTYPE_F16] = {quant_f16_e4m3, quant_f16_e5m2},
+              [VT_DTYPE_BF16] = {quant_bf16_e4m3, quant_bf16_e5m2}},
+    .dequant = {{[VT_DTYPE_F32] = dequant_e4m3_f32, [VT_DTYPE_F16] = dequant_e4m3_f16,
+                 [VT_DTYPE_BF16] = dequant_e4m3_bf16},
+                {[VT_DTYPE_F32] = dequant_e5m2_f32, [VT_DTYPE_F16] = dequant_e5m2_f16,
+                 [VT_DTYPE_BF16] = dequant_e5m2_bf16}},
+    .convert = {[VT_DTYPE_F32] = {[VT_DTYPE_F32] = vt_copy_4, [VT_DTYPE_F16] = convert_f32_f16,
+                                  [VT_DTYPE_BF16] = convert_f32_bf16},
+                [VT_DTYPE_F16] = {[VT_DTYPE_F32] = convert_f16_f32, [VT_DTYPE_F16] = vt_copy_2,
+                                  [VT_DTYPE_BF16] = convert_f16_bf16},
+                [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = convert_bf16_f32, [VT_DTYPE_F16] = convert_bf16_f16,
+                                   [VT_DTYPE_BF16] = vt_copy_2}},
+};

@@ -1,17 +1,42 @@
-/* CPU feature detection (CPUID + XGETBV) and the ISA choice. */
+/* CPU feature detection (CPUID + XGETBV), the ISA choice and the kernel
+ * tables: one const table per ISA (codec row kernels and attention tile
+ * together), published by one atomic pointer store. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "vt_internal.h"
+#include "attn_internal.h"
 
 #if VT_X86
 #include <cpuid.h>
 #endif
 
 static vt_cpu_features features;
-static int features_ready;
-static vt_isa active_isa = VT_ISA_SCALAR;
-static int runtime_ready;
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+
+static const vt_kernels TABLES[] = {
+    {VT_ISA_SCALAR, &vt_codec_scalar, vt_attn_tile_scalar},
+#if VT_X86
+    {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tile_avx2},
+    {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512},
+#endif
+};
+
+/* NULL until vt_runtime_init (or the first kernel call) chose a table. */
+static _Atomic(const vt_kernels *) active;
+
+static void publish(vt_isa isa) {
+    /* the caller checked isa <= vt_isa_best(), which is VT_ISA_SCALAR off x86 */
+    atomic_store_explicit(&active, &TABLES[isa], memory_order_release);
+}
+
+const vt_kernels *vt_kernels_active(void) {
+    const vt_kernels *k = atomic_load_explicit(&active, memory_order_acquire);
+    if (k) return k;
+    (void)vt_runtime_init(NULL, NULL);
+    return atomic_load_explicit(&active, memory_order_acquire);
+}
 
 #if VT_X86
 static uint64_t read_xcr0(void) {
@@ -54,11 +79,10 @@ static void detect(void) {
         }
     }
 #endif
-    features_ready = 1;
 }
 
 const vt_cpu_features *vt_cpu_get(void) {
-    if (!features_ready) detect();
+    pthread_once(&features_once, detect);
     return &features;
 }
 
@@ -79,7 +103,7 @@ const char *vt_isa_name(vt_isa isa) {
     return "unknown";
 }
 
-vt_isa vt_isa_active(void) { return active_isa; }
+vt_isa vt_isa_active(void) { return vt_kernels_active()->isa; }
 
 vt_status vt_isa_set(vt_isa isa, vt_error *err) {
     if ((int)isa < VT_ISA_SCALAR || (int)isa > VT_ISA_AVX512)
@@ -89,8 +113,7 @@ vt_status vt_isa_set(vt_isa isa, vt_error *err) {
         return vt_error_set(err, VT_ERR_UNSUPPORTED,
                             "vt_isa_set: isa must be supported by this CPU (best: %s); got %s",
                             vt_isa_name(best), vt_isa_name(isa));
-    active_isa = isa;
-    vt_codec_select(isa);
+    publish(isa);
     return VT_OK;
 }
 
@@ -105,11 +128,7 @@ vt_status vt_runtime_init(const char *request, vt_error *err) {
             st = vt_error_set(err, VT_ERR_VALUE,
                               "vt_runtime_init: VTINFER_ISA must be scalar, avx2 or avx512; got '%.32s'", request);
     }
-    if (!runtime_ready || want != active_isa) {
-        active_isa = want;
-        vt_codec_select(want);
-    }
-    runtime_ready = 1;
+    publish(want);
     return st;
 }
 

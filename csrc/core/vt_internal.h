@@ -17,18 +17,36 @@
 #define VT_X86 0
 #endif
 
-/* Fill a kernel table with each ISA's row kernels. The AVX variants exist
- * only on x86; they leave entries they do not provide untouched, so the
- * caller fills the scalar twins first. */
-void vt_codec_fill_scalar(vt_codec_kernels *k);
+/* ---- dispatch: one immutable kernel table per ISA ----
+ * Each ISA's codec row kernels are a const table defined beside them
+ * (codec_scalar.c, codec_avx2.c, codec_avx512.c; the AVX variants exist
+ * only on x86 and reuse the scalar copies). cpu.c pairs each with that
+ * ISA's attention tile in one vt_kernels table and publishes the chosen
+ * table with one atomic pointer store; a kernel call loads the pointer
+ * once and runs on that table to its end. */
+extern const vt_codec_kernels vt_codec_scalar;
 #if VT_X86
-void vt_codec_fill_avx2(vt_codec_kernels *k);
-void vt_codec_fill_avx512(vt_codec_kernels *k);
+extern const vt_codec_kernels vt_codec_avx2;
+extern const vt_codec_kernels vt_codec_avx512;
 #endif
+void vt_copy_4(const void *src, void *dst, size_t n); /* memcpy of n 4-byte / 2-byte elements */
+void vt_copy_2(const void *src, void *dst, size_t n);
 
-/* Called by vt_isa_set after the ISA changed, so each kernel family can
- * re-select its pointers. */
-void vt_codec_select(vt_isa isa);
+struct vt_attn_params;
+struct vt_attn_item;
+/* An attention tile kernel; see attn_internal.h for its contract. */
+typedef void (*vt_attn_tile_fn)(const struct vt_attn_params *p, const struct vt_attn_item *it, float *work, float *m,
+                                float *l, float *acc);
+
+typedef struct vt_kernels {
+    vt_isa isa;
+    const vt_codec_kernels *codec;
+    vt_attn_tile_fn attn_tile;
+} vt_kernels;
+
+/* The table of the active ISA (initialising the runtime with the best ISA
+ * on first use). Never NULL; tables are never modified or freed. */
+const vt_kernels *vt_kernels_active(void);
 
 /* Index of a float dtype in the [3] dimensions of vt_codec_kernels, or -1. */
 static inline int vt_float_index(int dtype) {

@@ -19,6 +19,7 @@
 
 #include "vtinfer/attention.h"
 #include "vtinfer/vtinfer.h"
+#include "../../csrc/core/attn_internal.h" /* the per-ISA kernel tables (internal) */
 
 static int failures;
 #define CHECK(cond, ...)                                             \
@@ -347,8 +348,45 @@ static void test_refusals(void) {
     problem_free(&pb);
 }
 
+/* Each ISA's table holds that ISA's own kernels: forcing an ISA must run its
+ * codec row kernels and its attention tile, not another ISA's (the reference
+ * comparison above would pass with any correct tile). */
+static void test_dispatch_tables(void) {
+    static const vt_attn_tile_fn tiles[] = {
+        vt_attn_tile_scalar,
+#if VT_X86
+        vt_attn_tile_avx2, vt_attn_tile_avx512,
+#endif
+    };
+    static const vt_codec_kernels *codecs[] = {
+        &vt_codec_scalar,
+#if VT_X86
+        &vt_codec_avx2, &vt_codec_avx512,
+#endif
+    };
+    for (int isa = VT_ISA_SCALAR; isa <= (int)vt_isa_best(); isa++) {
+        CHECK(vt_isa_set((vt_isa)isa, NULL) == VT_OK, "set isa %d", isa);
+        const vt_kernels *k = vt_kernels_active();
+        CHECK(k->isa == (vt_isa)isa && vt_isa_active() == (vt_isa)isa, "table of %s says isa %d", isa_names[isa],
+              (int)k->isa);
+        CHECK(k->attn_tile == tiles[isa], "table of %s holds another ISA's attention tile", isa_names[isa]);
+        CHECK(k->codec == codecs[isa] && vt_codec_active() == codecs[isa], "table of %s holds another ISA's codec",
+              isa_names[isa]);
+        for (int s = 0; s < 3; s++)
+            for (int d = 0; d < 3; d++) CHECK(k->codec->convert[s][d] != NULL, "%s convert[%d][%d] NULL", isa_names[isa], s, d);
+        for (int f = 0; f < 2; f++)
+            for (int d = 0; d < 3; d++)
+                CHECK(k->codec->quant[d][f] && k->codec->dequant[f][d], "%s fp8 kernel NULL", isa_names[isa]);
+    }
+    if ((int)vt_isa_best() < VT_ISA_AVX512)
+        CHECK(vt_isa_set(VT_ISA_AVX512, NULL) == VT_ERR_UNSUPPORTED && vt_isa_active() == vt_isa_best(),
+              "an unsupported ISA is refused and the active one kept");
+    vt_isa_set(vt_isa_best(), NULL);
+}
+
 int main(void) {
     if (vt_runtime_init(NULL, NULL) != VT_OK) return 2;
+    test_dispatch_tables();
     test_against_reference();
     test_refusals();
     if (failures) {

@@ -1,8 +1,12 @@
 /* vtinfer public C API: CPU features, instruction-set dispatch, threads.
  *
- * The ISA is chosen once by vt_runtime_init from CPUID + XGETBV; a request
+ * The ISA is chosen by vt_runtime_init from CPUID + XGETBV; a request
  * ("scalar", "avx2", "avx512", from VTINFER_ISA in the Python binding) may
- * only lower it. Every SIMD kernel has a scalar twin that is always built. */
+ * only lower it. Each ISA has one immutable kernel table (codec row kernels
+ * and the attention tile together); choosing an ISA publishes a pointer to
+ * its table with one atomic store, and every kernel call reads that pointer
+ * once and finishes on the table it read. Every SIMD kernel has a scalar
+ * twin that is always built. */
 #ifndef VTINFER_RUNTIME_H
 #define VTINFER_RUNTIME_H
 
@@ -17,7 +21,9 @@ extern "C" {
 
 typedef enum vt_isa { VT_ISA_SCALAR = 0, VT_ISA_AVX2 = 1, VT_ISA_AVX512 = 2 } vt_isa;
 
-/* What the CPU and the OS (XGETBV) allow. */
+/* What the CPU and the OS (XGETBV) allow. Reported by vt_build_info; the
+ * kernels use only what vt_isa_best lists: avx512bf16, avx512vbmi,
+ * avx512fp16 and avx512vnni are detected but no kernel uses them. */
 typedef struct vt_cpu_features {
     int sse42, avx, avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vbmi, avx512fp16, avx512vnni;
@@ -25,18 +31,21 @@ typedef struct vt_cpu_features {
 
 VT_API const vt_cpu_features *vt_cpu_get(void);
 
-/* Best ISA this CPU supports: AVX512 needs F+BW+VL+DQ (BF16/VBMI are used
- * where present, see vt_cpu_get); AVX2 needs AVX2+FMA+F16C. */
+/* Best ISA this CPU supports: AVX512 needs F+BW+VL+DQ (and AVX2+FMA+F16C);
+ * AVX2 needs AVX2+FMA+F16C; otherwise scalar. */
 VT_API vt_isa vt_isa_best(void);
 
 /* Detect the CPU and select kernels. `request` may be NULL or "" (best),
- * or "scalar" / "avx2" / "avx512". Idempotent; thread-safe only before
- * kernels run concurrently. Status: VT_OK; VT_ERR_VALUE (unknown name);
- * VT_ERR_UNSUPPORTED (the CPU lacks the requested ISA: the best one is
- * kept). */
+ * or "scalar" / "avx2" / "avx512" (a request above the CPU's best gives
+ * the best). Idempotent and thread-safe: a kernel already running keeps
+ * the table it started with. Kernels called before any init select the
+ * best ISA. Status: VT_OK; VT_ERR_VALUE (unknown name: the best ISA is
+ * selected). */
 VT_API vt_status vt_runtime_init(const char *request, vt_error *err);
 
-/* Change the active ISA (tests force each path). Same statuses as above. */
+/* Change the active ISA (tests force each path); thread-safe as above.
+ * Status: VT_OK; VT_ERR_VALUE (not an ISA); VT_ERR_UNSUPPORTED (the CPU
+ * lacks it: the active ISA is kept). */
 VT_API vt_status vt_isa_set(vt_isa isa, vt_error *err);
 VT_API vt_isa vt_isa_active(void);
 VT_API const char *vt_isa_name(vt_isa isa);
