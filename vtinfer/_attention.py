@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C, _cuda_ops
+from vtinfer import _C, _cuda_ops, _framework
 
 
 def _f32(x: Any, name: str) -> np.ndarray | None:
@@ -21,6 +21,7 @@ def _f32(x: Any, name: str) -> np.ndarray | None:
         raise TypeError(f"flash_attn_varlen_func: {name} must be real numbers; got {type(x).__name__}") from e
 
 
+@_framework.follows("q")
 def flash_attn_varlen_func(
     q: Any,
     k: Any,

@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C
+from vtinfer import _C, _framework
 
 
+@_framework.follows("x", fp8_fmt="fmt")
 def fp8_quantize(
     x: Any,
     scale: float = 1.0,
@@ -53,6 +54,7 @@ def fp8_quantize(
     return _C.fp8_quantize(x, scale, fmt, out=out, num_threads=num_threads)
 
 
+@_framework.follows("codes", dtype="dtype")
 def fp8_dequantize(
     codes: Any,
     scale: float = 1.0,
@@ -90,6 +92,7 @@ def fp8_dequantize(
     return _C.fp8_dequantize(codes, scale, fmt, dtype, out=out, num_threads=num_threads)
 
 
+@_framework.follows("x", dtype="dtype")
 def convert(x: Any, dtype: Any, *, out: np.ndarray | None = None, num_threads: int | None = None) -> np.ndarray:
     """Convert between float32, float16 and bfloat16, rounding to nearest even.
 

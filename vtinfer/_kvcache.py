@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C, _cuda_ops
+from vtinfer import _C, _cuda_ops, _framework
 
 __all__ = ["KVLayer", "PagedKVCache", "reshape_and_cache", "reshape_and_cache_flash"]
 
@@ -159,6 +159,14 @@ class PagedKVCache(_C.PagedKVCache):
             Threads to use; default ``VTINFER_NUM_THREADS`` or the CPU affinity.
         """
         return super().store(layer, key, value, slot_mapping, num_threads=num_threads)
+
+    @_framework.follows("slots")
+    def gather(self, layer: int, slots: Any) -> tuple[Any, Any]:
+        """Read slots of one layer back as float32 ``(k, v)``, each ``[n, H_kv, D]``.
+
+        Torch tensors when ``slots`` is a torch tensor, NumPy arrays otherwise.
+        """
+        return super().gather(layer, slots)
 
     def layer_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """K and V scales of one layer: float32 of shape () or ``[num_kv_heads]``."""

@@ -1,0 +1,190 @@
+"""torch.ops.vtinfer (#19): schemas name the mutated arguments, fake
+implementations give shapes and dtypes without computing, and
+``torch.library.opcheck`` (schema, autograd registration, fake tensor,
+AOT dispatch with dynamic shapes) passes over the grid: every KV dtype,
+NHD and HND, fp8 with per-tensor and per-head scales. The ops' values are
+checked against independent references (torch's own fp8 cast, the float64
+attention oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.numerics.test_attention_oracle import check_close, make_case
+from tests.torch._util import TORCH_REASON, as_numpy, as_torch
+
+torch = pytest.importorskip("torch", reason=TORCH_REASON)
+import vtinfer.torch  # noqa: E402,F401  (registers torch.ops.vtinfer)
+
+ops = torch.ops.vtinfer
+opcheck = torch.library.opcheck
+FP8 = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
+PLAIN = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# (kv dtype, scale kind): every KV dtype; fp8 with per-tensor and per-head scales
+KV_GRID = [(d, "tensor") for d in PLAIN] + [(d, s) for d in FP8 for s in ("tensor", "head")]
+KV_IDS = [f"{d}-{s}" for d, s in KV_GRID]
+HKV, D, BS = 2, 16, 4
+
+
+def schema(op) -> str:
+    return str(op.default._schema)
+
+
+def test_schemas_name_the_mutated_arguments():
+    for name in ("reshape_and_cache_flash", "reshape_and_cache"):
+        s = schema(getattr(ops, name))
+        assert "Tensor(a2!) key_cache" in s and "Tensor(a3!) value_cache" in s, s
+        assert "Tensor key," in s and "Tensor value," in s and s.endswith("-> ()"), s
+    for name in ("flash_attn_varlen_func", "fp8_quantize", "fp8_dequantize"):
+        assert "!" not in schema(getattr(ops, name)), schema(getattr(ops, name))
+
+
+def scales(kind, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "tensor":
+        return torch.tensor(0.05), torch.tensor(0.02)
+    return (torch.from_numpy(rng.uniform(0.01, 0.1, HKV).astype(np.float32)) for _ in range(2))
+
+
+def caches(dtype, layout, num_blocks=6):
+    tdt = torch.uint8 if dtype in FP8 else PLAIN[dtype]  # vLLM keeps fp8 caches as uint8
+    if layout == "NHD":
+        return torch.zeros(num_blocks, BS, HKV, D, dtype=tdt), torch.zeros(num_blocks, BS, HKV, D, dtype=tdt)
+    # HND: [num_blocks, H_kv, block_size, D] memory seen as NHD, as vLLM's FlashAttention backend passes it
+    return (torch.zeros(num_blocks, HKV, BS, D, dtype=tdt).transpose(1, 2),
+            torch.zeros(num_blocks, HKV, BS, D, dtype=tdt).transpose(1, 2))
+
+
+def expected_rows(x, dtype, scale):
+    """What one stored row must hold: the value itself, or torch's fp8 cast of x / scale (clamped)."""
+    if dtype in FP8:
+        tdt, mx = FP8[dtype]
+        s = scale.reshape(-1, 1) if scale.dim() else scale
+        return (x.float() / s).clamp(-mx, mx).to(tdt).view(torch.uint8)
+    return x.to(PLAIN[dtype])
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype,kind", KV_GRID, ids=KV_IDS)
+def test_reshape_and_cache_flash(dtype, kind, layout):
+    g = torch.Generator().manual_seed(len(dtype) + len(kind))
+    src = torch.bfloat16 if dtype in FP8 else PLAIN[dtype]
+    key, value = (torch.randn(5, HKV, D, generator=g).to(src) for _ in range(2))
+    kc, vc = caches(dtype, layout)
+    slot = torch.tensor([3, 0, -1, 17, 9])  # -1: padding, skipped
+    ks, vs = scales(kind, 1)
+    kvd = "auto" if dtype in PLAIN else dtype
+    ops.reshape_and_cache_flash(key, value, kc, vc, slot, kvd, ks, vs)
+    for t, s in enumerate(slot.tolist()):
+        if s < 0:
+            continue
+        assert torch.equal(kc[s // BS, s % BS], expected_rows(key[t], dtype, ks))
+        assert torch.equal(vc[s // BS, s % BS], expected_rows(value[t], dtype, vs))
+    assert int((kc != 0).any(dim=(2, 3)).sum()) == 4  # nothing else written
+    # fresh caches: opcheck's schema check sees a mutation only where bytes change
+    opcheck(ops.reshape_and_cache_flash, (key, value, *caches(dtype, layout), slot, kvd, ks, vs))
+
+
+@pytest.mark.parametrize("dtype,kind", KV_GRID, ids=KV_IDS)
+def test_reshape_and_cache_x_split(dtype, kind):
+    g = torch.Generator().manual_seed(7)
+    src = torch.bfloat16 if dtype in FP8 else PLAIN[dtype]
+    key, value = (torch.randn(3, HKV, D, generator=g).to(src) for _ in range(2))
+    tdt = torch.uint8 if dtype in FP8 else PLAIN[dtype]
+    x = 16 // (1 if dtype in FP8 else PLAIN[dtype].itemsize)
+    kc = torch.zeros(4, HKV, D // x, BS, x, dtype=tdt)
+    vc = torch.zeros(4, HKV, D, BS, dtype=tdt)
+    slot = torch.tensor([5, 0, 14])
+    ks, vs = scales(kind, 2)
+    kvd = "auto" if dtype in PLAIN else dtype
+    ops.reshape_and_cache(key, value, kc, vc, slot, kvd, ks, vs)
+    for t, s in enumerate(slot.tolist()):
+        b, o = divmod(s, BS)
+        got_k = kc[b, :, :, o, :].reshape(HKV, D)
+        assert torch.equal(got_k, expected_rows(key[t], dtype, ks))
+        assert torch.equal(vc[b, :, :, o], expected_rows(value[t], dtype, vs))
+    opcheck(ops.reshape_and_cache, (key, value, torch.zeros_like(kc), torch.zeros_like(vc), slot, kvd, ks, vs))
+
+
+def attention_args(dtype, kind, layout, seed=0):
+    fp8 = dtype in FP8
+    args = make_case(np.random.default_rng(seed), q_lens=[1, 3], k_lens=[9, 5], H=4, Hkv=HKV, D=D, block_size=BS,
+                     q_dtype="bfloat16" if fp8 else dtype, kv_cache_dtype=dtype if fp8 else "auto",
+                     kv_float="float32" if fp8 else dtype, layout=layout, extra_blocks=1)
+    q, k, v, cu, sk, bt = (as_torch(torch, a) for a in args)
+    kw = {}
+    if fp8:
+        kw["kv_cache_dtype"] = dtype
+        if kind == "tensor":
+            kw["k_descale"], kw["v_descale"] = torch.tensor(0.5), torch.tensor(2.0)
+        else:
+            kw["k_descale"], kw["v_descale"] = torch.tensor([0.5, 1.5]), torch.tensor([2.0, 0.25])
+    return args, (q, k, v, cu, sk, bt), kw
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype,kind", KV_GRID, ids=KV_IDS)
+def test_flash_attn_varlen_func(dtype, kind, layout):
+    np_args, targs, kw = attention_args(dtype, kind, layout)
+    if layout == "HND":
+        assert not targs[1].is_contiguous()  # the permuted view itself goes in
+    out, lse = ops.flash_attn_varlen_func(*targs, **kw)
+    assert out.dtype == targs[0].dtype and out.shape == targs[0].shape
+    assert lse.dtype == torch.float32 and lse.shape == (targs[0].shape[1], targs[0].shape[0])
+    np_kw = {n: (t.numpy() if isinstance(t, torch.Tensor) else t) for n, t in kw.items()}
+    check_close(as_numpy(out), as_numpy(lse), np_args, np_kw, what=f"op {dtype} {kind} {layout}")
+    opcheck(ops.flash_attn_varlen_func, targs, kw)
+
+
+def test_flash_attn_options_pass_through():
+    np_args, targs, _ = attention_args("float32", "tensor", "NHD", seed=4)
+    kw = dict(softmax_scale=0.3, causal=False, window_left=3, window_right=1, softcap=2.0,
+              alibi_slopes=torch.tensor([0.5, 0.25, 0.1, 0.0]), s_aux=torch.tensor([0.0, 1.0, -1.0, 2.0]))
+    out, lse = ops.flash_attn_varlen_func(*targs, **kw)
+    np_kw = {n: (t.numpy() if isinstance(t, torch.Tensor) else t) for n, t in kw.items()}
+    np_kw["window_size"] = (np_kw.pop("window_left"), np_kw.pop("window_right"))
+    check_close(out.numpy(), lse.numpy(), np_args, np_kw, what="options")
+    opcheck(ops.flash_attn_varlen_func, targs, kw)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16])
+def test_fp8_quantize_op(fmt, src):
+    tdt, mx = FP8["fp8_" + fmt]
+    x = (torch.randn(6, 32, generator=torch.Generator().manual_seed(1)) * 300).to(src)
+    got = ops.fp8_quantize(x, 0.5, fmt)
+    assert got.dtype == tdt and got.shape == x.shape
+    assert torch.equal(got.view(torch.uint8), (x.float() / 0.5).clamp(-mx, mx).to(tdt).view(torch.uint8))
+    opcheck(ops.fp8_quantize, (x, 0.5, fmt))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fp8_dequantize_op(fmt, dtype):
+    tdt, _ = FP8["fp8_" + fmt]
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes = codes[(codes & 0x7F) < 0x7C]  # finite codes of both formats (opcheck compares with allclose)
+    got = ops.fp8_dequantize(codes, 0.25, fmt, dtype)
+    assert got.dtype == dtype and got.shape == codes.shape
+    assert torch.equal(got, (codes.view(tdt).float() * 0.25).to(dtype))
+    opcheck(ops.fp8_dequantize, (codes, 0.25, fmt, dtype))
+
+
+def test_fake_impls_compute_nothing():
+    """Under FakeTensorMode the ops give shapes and dtypes; no kernel runs (a kernel would need real data)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(7, 4, D, dtype=torch.bfloat16)
+        kc = torch.empty(3, BS, HKV, D, dtype=torch.uint8)
+        i32 = torch.empty(3, dtype=torch.int32)
+        out, lse = ops.flash_attn_varlen_func(q, kc, kc, i32, i32[:2], torch.empty(2, 2, dtype=torch.int32),
+                                              kv_cache_dtype="fp8_e4m3")
+        assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((7, 4, D), torch.bfloat16, (4, 7), torch.float32)
+        c = ops.fp8_quantize(torch.empty(5, 3), 1.0, "e5m2")
+        assert (c.shape, c.dtype) == ((5, 3), torch.float8_e5m2)
+        d = ops.fp8_dequantize(torch.empty(5, dtype=torch.uint8), 1.0, None, torch.float16)
+        assert (d.shape, d.dtype) == ((5,), torch.float16)
+        assert ops.reshape_and_cache_flash(q[:, :2], q[:, :2], kc, kc, i32, "fp8", torch.empty(()),
+                                           torch.empty(())) is None

@@ -1,0 +1,162 @@
+"""vtinfer's kernels as torch custom ops: ``torch.ops.vtinfer.*``.
+
+Importing this module (it imports torch; ``import vtinfer`` never does)
+registers, with ``torch.library.custom_op`` (Python only, no C++ built
+against torch):
+
+==================================  ===============================================
+op                                  schema (mutated arguments marked ``!``)
+==================================  ===============================================
+``reshape_and_cache_flash``         ``(key, value, key_cache!, value_cache!,
+                                    slot_mapping, kv_cache_dtype, k_scale, v_scale)``
+``reshape_and_cache``               the same, x-split caches
+``flash_attn_varlen_func``          ``(q, k, v, cu_seqlens_q, seqused_k,
+                                    block_table, ...) -> (out, softmax_lse)``
+``fp8_quantize``                    ``(x, scale, fmt) -> float8 codes``
+``fp8_dequantize``                  ``(codes, scale, fmt, dtype) -> values``
+==================================  ===============================================
+
+Each op has a fake (meta) implementation that gives the output shapes and
+dtypes without computing, so ``torch.compile`` traces through the ops and
+``torch.library.opcheck`` accepts them. Arguments keep vLLM's names and
+order (``vllm/_custom_ops.py``); the bytes are those of the NumPy API
+(:func:`vtinfer.reshape_and_cache_flash`, ...), which the ops call on the
+tensors' memory through DLPack. CPU tensors only (CUDA tensors go to the
+CUDA arm through the functional API).
+
+>>> import torch, vtinfer.torch  # doctest: +SKIP
+>>> torch.ops.vtinfer.fp8_quantize(torch.tensor([1.0, 1000.0]), 2.0).float()  # doctest: +SKIP
+tensor([  0.5000, 448.0000])
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from vtinfer import _attention, _codec, _kvcache
+
+__all__ = ["FP8_TORCH_DTYPES", "flash_attn_varlen_func", "fp8_dequantize", "fp8_quantize",
+           "reshape_and_cache", "reshape_and_cache_flash"]
+
+#: torch dtype of fp8 codes for each vtinfer fp8 format.
+FP8_TORCH_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def _fp8_dtype(fmt: str) -> torch.dtype:
+    return torch.float8_e5m2 if "e5m2" in fmt.lower() else torch.float8_e4m3fn
+
+
+# ---- stores: mutate the caches, return nothing ----------------------------------
+
+
+@torch.library.custom_op("vtinfer::reshape_and_cache_flash", mutates_args=("key_cache", "value_cache"),
+                         device_types="cpu")
+def reshape_and_cache_flash(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
+                            slot_mapping: Tensor, kv_cache_dtype: str, k_scale: Tensor, v_scale: Tensor) -> None:
+    """vLLM's ``reshape_and_cache_flash``: see :func:`vtinfer.reshape_and_cache_flash`.
+
+    key, value: ``[num_tokens, H_kv, D]``; key_cache, value_cache:
+    ``[num_blocks, block_size, H_kv, D]`` (HND as a permuted view), uint8 or
+    float8 for fp8; k_scale, v_scale: one element or ``[H_kv]``.
+    """
+    _kvcache.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                                     k_scale, v_scale)
+
+
+@reshape_and_cache_flash.register_fake
+def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    return None
+
+
+@torch.library.custom_op("vtinfer::reshape_and_cache", mutates_args=("key_cache", "value_cache"), device_types="cpu")
+def reshape_and_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor,
+                      kv_cache_dtype: str, k_scale: Tensor, v_scale: Tensor) -> None:
+    """vLLM's ``reshape_and_cache`` (x-split caches): see :func:`vtinfer.reshape_and_cache`.
+
+    key_cache: ``[num_blocks, H_kv, D // x, block_size, x]``; value_cache:
+    ``[num_blocks, H_kv, D, block_size]``.
+    """
+    _kvcache.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+@reshape_and_cache.register_fake
+def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    return None
+
+
+# ---- attention: allocates out and the log-sum-exp -------------------------------
+
+
+@torch.library.custom_op("vtinfer::flash_attn_varlen_func", mutates_args=(), device_types="cpu")
+def flash_attn_varlen_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    seqused_k: Tensor,
+    block_table: Tensor,
+    softmax_scale: Optional[float] = None,
+    causal: bool = True,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[Tensor] = None,
+    s_aux: Optional[Tensor] = None,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
+    kv_cache_dtype: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """Paged attention: see :func:`vtinfer.flash_attn_varlen_func`.
+
+    Returns ``(out, softmax_lse)``: out ``[total_q, H, D]`` of q's dtype,
+    softmax_lse float32 ``[H, total_q]``. ``window_size`` is split into
+    ``window_left`` / ``window_right`` (-1: unlimited).
+    """
+    out, lse = _attention.flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
+        softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right), softcap=softcap,
+        alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale, v_descale=v_descale,
+        kv_cache_dtype=kv_cache_dtype, return_lse=True,
+    )
+    return out, lse
+
+
+@flash_attn_varlen_func.register_fake
+def _(q, k, v, cu_seqlens_q, seqused_k, block_table, softmax_scale=None, causal=True, window_left=-1,
+      window_right=-1, softcap=0.0, alibi_slopes=None, s_aux=None, k_descale=None, v_descale=None,
+      kv_cache_dtype="auto"):
+    total_q, heads = q.shape[0], q.shape[1]
+    return q.new_empty(q.shape), q.new_empty((heads, total_q), dtype=torch.float32)
+
+
+# ---- fp8 codecs ------------------------------------------------------------------
+
+
+@torch.library.custom_op("vtinfer::fp8_quantize", mutates_args=(), device_types="cpu")
+def fp8_quantize(x: Tensor, scale: float = 1.0, fmt: str = "e4m3") -> Tensor:
+    """``encode(x / scale)`` as torch float8 codes (see :func:`vtinfer.fp8_quantize`).
+
+    fmt ``"e4m3"`` gives ``torch.float8_e4m3fn``, ``"e5m2"`` ``torch.float8_e5m2``.
+    """
+    return _codec.fp8_quantize(x.contiguous(), scale, fmt)
+
+
+@fp8_quantize.register_fake
+def _(x, scale=1.0, fmt="e4m3"):
+    return x.new_empty(x.shape, dtype=_fp8_dtype(fmt))
+
+
+@torch.library.custom_op("vtinfer::fp8_dequantize", mutates_args=(), device_types="cpu")
+def fp8_dequantize(codes: Tensor, scale: float = 1.0, fmt: Optional[str] = None,
+                   dtype: torch.dtype = torch.float32) -> Tensor:
+    """``decode(codes) * scale`` in ``dtype`` (see :func:`vtinfer.fp8_dequantize`).
+
+    codes: torch float8 or uint8 (then ``fmt`` names the format, default e4m3).
+    """
+    return _codec.fp8_dequantize(codes.contiguous(), scale, fmt, dtype)
+
+
+@fp8_dequantize.register_fake
+def _(codes, scale=1.0, fmt=None, dtype=torch.float32):
+    return codes.new_empty(codes.shape, dtype=dtype)
