@@ -15,7 +15,7 @@ from vtinfer import _C
 from vtinfer._C import ConfigError, VtinferError
 from vtinfer._attention import flash_attn_varlen_func
 from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
-from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, DtypeInfo, dtype_info
+from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, PER_TOKEN_HEAD_DTYPES, DtypeInfo, dtype_info
 from vtinfer._kvcache import KVLayer, PagedKVCache, reshape_and_cache, reshape_and_cache_flash
 from vtinfer.blocks import BlockAllocator
 from vtinfer.checkpoint import Checkpoint
@@ -73,6 +73,7 @@ __all__ = [
     "DTYPES",
     "DtypeInfo",
     "FP8_DTYPES",
+    "PER_TOKEN_HEAD_DTYPES",
     "KV_CACHE_DTYPES",
     "VtinferError",
     "build_info",

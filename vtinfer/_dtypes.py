@@ -28,6 +28,22 @@ class DtypeInfo:
         Whether this is a float8 storage format.
     max_finite : float
         Largest finite value.
+    elem_bits : int
+        Bits of one stored element.
+    is_int : bool
+        Elements are two's-complement integer codes (``int8_per_token_head``).
+    code_dtype : str or None
+        The dtype whose codes are stored (itself; ``"fp8_e4m3"`` for
+        ``fp8_per_token_head``; None for integer codes).
+    scale_kind : str
+        ``"none"`` (plain values), ``"tensor"`` (codes times a given per-tensor /
+        per-layer / per-head scale: fp8) or ``"token_head"`` (codes times a float32
+        scale computed at store, one per (token, KV head)).
+    quant_max, quant_min : float
+        Per-token-head: the range scaled values are clamped to (0 otherwise).
+    page_layout : str
+        ``"dense"`` or ``"scale_planes"`` (a float32 ``[num_blocks, block_size,
+        H_kv]`` plane each for K and V beside the codes).
     """
 
     id: int
@@ -39,11 +55,18 @@ class DtypeInfo:
     max_finite: float
     exponent_bits: int
     mantissa_bits: int
+    elem_bits: int
+    is_int: bool
+    code_dtype: str | None
+    scale_kind: str
+    quant_max: float
+    quant_min: float
+    page_layout: str
 
     @property
     def numpy_dtype(self) -> np.dtype:
         """The NumPy dtype of values of this dtype (ml_dtypes for bf16 / fp8)."""
-        if hasattr(np, self.numpy_name) and self.numpy_name in ("float32", "float16"):
+        if self.numpy_name in ("float32", "float16", "int8"):
             return np.dtype(self.numpy_name)
         return np.dtype(getattr(ml_dtypes, self.numpy_name))
 
@@ -51,6 +74,7 @@ class DtypeInfo:
 DTYPES: tuple[DtypeInfo, ...] = tuple(DtypeInfo(**row) for row in _C.dtype_table())
 KV_CACHE_DTYPES: tuple[str, ...] = _C.kv_cache_flags()
 FP8_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.is_fp8)
+PER_TOKEN_HEAD_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.scale_kind == "token_head")
 
 
 def dtype_info(name: str) -> DtypeInfo:

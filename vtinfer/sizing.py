@@ -100,8 +100,12 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         dtype = res.dtype
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"plan_kv_cache: block_size must be a positive int; got {block_size!r}")
-    elem = dtype_info(dtype).elem_bytes
-    per_block = sum(2 * block_size * s.num_kv_heads * s.head_dim * elem for s in geo.layers)
+    info = dtype_info(dtype)
+    elem = info.elem_bytes
+    # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
+    # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
+    scale_bytes = 8 if info.scale_kind == "token_head" else 0
+    per_block = sum(block_size * s.num_kv_heads * (2 * s.head_dim * elem + scale_bytes) for s in geo.layers)
     warnings: list[str] = []
     if num_blocks is not None:
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
@@ -136,7 +140,7 @@ def kv_cache_args(model: Any, kv_cache_dtype: str = "auto", block_size: int = 16
     geo = ck.geometry
     from vtinfer import dtype_info
 
-    quantized = dtype_info(plan.dtype).is_fp8
+    quantized = dtype_info(plan.dtype).is_fp8  # per-tensor scales: per-token-head formats compute theirs
     sc = load_kv_scales(ck.shards, geo.num_layers, geo.num_kv_heads, quantized=quantized,
                         per_head=res.per_head_scales, kv_cache_dtype=plan.dtype)
     def arr(vals: list) -> Any:

@@ -153,7 +153,7 @@ static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
             return NULL;
         }
         if (parse_dtype_name(model_obj, fn, "model_dtype", &dtype) < 0) return NULL;
-        if (dtype == VT_DTYPE_AUTO || vt_dtype_get(dtype)->is_fp8) {
+        if (dtype == VT_DTYPE_AUTO || vt_dtype_get(dtype)->scale_kind != VT_SCALE_NONE) {
             PyErr_Format(PyExc_ValueError, "%s: model_dtype must be float32, float16 or bfloat16; got %R", fn,
                          model_obj);
             return NULL;
@@ -269,7 +269,7 @@ static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
     case VT_DTYPE_F32: d = PyArray_DescrFromType(NPY_FLOAT32); break;
     case VT_DTYPE_F16: d = PyArray_DescrFromType(NPY_FLOAT16); break;
     case VT_DTYPE_BF16: d = st->descr_bf16; Py_INCREF(d); break;
-    default: d = PyArray_DescrFromType(NPY_UINT8); break;
+    default: d = PyArray_DescrFromType(vt_dtype_get(g->dtype)->is_int ? NPY_INT8 : NPY_UINT8); break;
     }
     PyObject *pin = export_pin_new(self);
     if (!pin) {
@@ -287,6 +287,41 @@ static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
         return NULL;
     }
     return a;
+}
+
+/* Zero-copy float32 [num_blocks, block_size, H_kv] view of a per-token-head layer's K/V scale plane. */
+static PyObject *kv_scale_view(KVCacheObject *self, PyObject *layer_obj, int which) {
+    const char *fn = which ? "PagedKVCache.v_scale_cache" : "PagedKVCache.k_scale_cache";
+    vt_module_state *st = vt_state_from_type(Py_TYPE(self));
+    int64_t layer;
+    if (!st || kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    const vt_kv_cache_config *g = &self->c->cfg;
+    if (!vt_dtype_per_token_head(g->dtype)) {
+        PyErr_Format(PyExc_ValueError, "%s: the cache must have a per-token-head dtype; got '%s'", fn,
+                     vt_dtype_get(g->dtype)->name);
+        return NULL;
+    }
+    npy_intp dims[3] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads};
+    PyObject *pin = export_pin_new(self);
+    if (!pin) return NULL;
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(NPY_FLOAT32), 3, dims, NULL,
+                                       vt_kv_cache_scale_data(self->c, layer, which), NPY_ARRAY_CARRAY, NULL);
+    if (!a) {
+        Py_DECREF(pin);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+static PyObject *kv_k_scale_cache(PyObject *self, PyObject *layer) {
+    return kv_scale_view((KVCacheObject *)self, layer, 0);
+}
+static PyObject *kv_v_scale_cache(PyObject *self, PyObject *layer) {
+    return kv_scale_view((KVCacheObject *)self, layer, 1);
 }
 
 static PyObject *kv_key_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 0); }
@@ -362,7 +397,11 @@ static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which
     t.ndim = nd;
     t.dtype.lanes = 1;
     t.dtype.bits = (uint8_t)(es * 8);
-    t.dtype.code = g->dtype == VT_DTYPE_BF16 ? VT_DL_BFLOAT : vt_dtype_get(g->dtype)->is_fp8 ? VT_DL_UINT : VT_DL_FLOAT;
+    const vt_dtype_info *di = vt_dtype_get(g->dtype);
+    t.dtype.code = g->dtype == VT_DTYPE_BF16           ? VT_DL_BFLOAT
+                   : di->is_int                        ? VT_DL_INT
+                   : di->scale_kind != VT_SCALE_NONE   ? VT_DL_UINT
+                                                       : VT_DL_FLOAT;
     t.shape = e->shape;
     t.strides = e->strides;
     e->owner = self;
@@ -694,6 +733,10 @@ static PyMethodDef kv_methods[] = {
      "key_cache($self, layer, /)\n--\n\nZero-copy view of a layer's K storage ([num_blocks, block_size, H_kv, D] for "
      "NHD, [num_blocks, H_kv, block_size, D] for HND; uint8 codes for fp8)."},
     {"value_cache", kv_value_cache, METH_O, "value_cache($self, layer, /)\n--\n\nAs key_cache, for V."},
+    {"k_scale_cache", kv_k_scale_cache, METH_O,
+     "k_scale_cache($self, layer, /)\n--\n\nZero-copy float32 [num_blocks, block_size, H_kv] view of a "
+     "per-token-head layer's K scales (vLLM's k_scale_cache); ValueError for other dtypes."},
+    {"v_scale_cache", kv_v_scale_cache, METH_O, "v_scale_cache($self, layer, /)\n--\n\nAs k_scale_cache, for V."},
     {"store", (PyCFunction)(void (*)(void))kv_store, METH_VARARGS | METH_KEYWORDS,
      "store($self, /, layer, key, value, slot_mapping, *, num_threads=None)\n--\n\nStore key/value [num_tokens, "
      "H_kv, D] at slot_mapping (int64; negative skips)."},

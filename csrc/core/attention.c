@@ -58,6 +58,15 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
         if (p->s_aux && !finite_f(p->s_aux[h]))
             return vt_error_set(err, VT_ERR_VALUE, FN ": s_aux must be finite; got %g at [%d]", (double)p->s_aux[h], h);
     }
+    if (vt_dtype_per_token_head(p->kv_dtype)) {
+        if (!p->k_scale_cache || !p->v_scale_cache)
+            return vt_error_set(err, VT_ERR_VALUE, FN ": k_scale_cache and v_scale_cache must be given for "
+                                "kv_cache_dtype '%s'; got None", vt_dtype_get(p->kv_dtype)->name);
+        if (p->k_descale || p->v_descale)
+            return vt_error_set(err, VT_ERR_VALUE, FN ": k_descale and v_descale must be None for kv_cache_dtype "
+                                "'%s' (its scales are per token, in k_scale_cache / v_scale_cache); got a descale",
+                                vt_dtype_get(p->kv_dtype)->name);
+    }
     vt_status s = check_descale(p->k_descale, p->k_descale_stride_b, p->k_descale_stride_h, p->batch,
                                 p->num_kv_heads, "k_descale", err);
     if (s == VT_OK)
@@ -356,7 +365,10 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
     if (!p->q || !p->out || ((!p->k || !p->v) && p->num_blocks > 0))
         return vt_error_set(err, VT_ERR_VALUE, FN ": q, k, v and out must not be NULL");
     make_plan(p, num_threads, &pl, (void *)al, err);
-    run_ctx ctx = {.p = p, .pl = &pl, .tile = vt_kernels_active()->attn_tile};
+    /* Per-token-head caches: the scalar twin reads them on every ISA (SIMD tiles owed, kv-formats.md). */
+    run_ctx ctx = {.p = p,
+                   .pl = &pl,
+                   .tile = vt_dtype_per_token_head(p->kv_dtype) ? vt_attn_tile_scalar : vt_kernels_active()->attn_tile};
     atomic_init(&ctx.next, 0);
     int nth = pl.nth;
     if ((int64_t)nth > pl.n_items) nth = (int)pl.n_items;

@@ -22,6 +22,14 @@ static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
             dst[i] = vt_bf16_to_f32(h);
         }
         break;
+    case VT_DTYPE_INT8_PTH:
+        for (int i = 0; i < n; i++) dst[i] = (float)(int8_t)src[i];
+        break;
+    case VT_DTYPE_FP8_PTH: {
+        const float *t = vt_fp8_decode_table(VT_DTYPE_FP8_E4M3);
+        for (int i = 0; i < n; i++) dst[i] = t[src[i]];
+        break;
+    }
     default: {
         const float *t = vt_fp8_decode_table(dt);
         for (int i = 0; i < n; i++) dst[i] = t[src[i]];
@@ -50,7 +58,18 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
     const int64_t base = it->k_len - it->q_len;
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
     const float cap = p->softcap;
+    const int pth = vt_dtype_per_token_head(p->kv_dtype);
     for (int64_t j = it->kb; j < it->ke; j++) {
+        float ks = 1.0f, vs = 1.0f; /* per-token-head: this key's K and V scales */
+        if (pth) {
+            const uint8_t *a = vt_attn_row(p, p->k_scale_cache, p->ks_stride_block, p->ks_stride_tok,
+                                           p->ks_stride_head, it->b, g, j);
+            const uint8_t *c = vt_attn_row(p, p->v_scale_cache, p->vs_stride_block, p->vs_stride_tok,
+                                           p->vs_stride_head, it->b, g, j);
+            memcpy(&ks, a, sizeof ks);
+            memcpy(&vs, c, sizeof vs);
+        }
+        const float key_mul = pth ? logit_mul * ks : logit_mul;
         load_row(p->kv_dtype, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, g, j),
                  kf, D);
         load_row(p->kv_dtype, vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, g, j),
@@ -61,7 +80,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             const float *qr = qf + r * D;
             float s = 0.0f;
             for (int d = 0; d < D; d++) s += qr[d] * kf[d];
-            s *= logit_mul;
+            s *= key_mul;
             if (cap > 0.0f) s = cap * tanhf(s / cap);
             if (p->alibi_slopes) {
                 int64_t dist = j - (base + it->q0 + qi);
@@ -78,7 +97,8 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                 pj = expf(s - m[r]);
             }
             l[r] += pj;
-            for (int d = 0; d < D; d++) acc[r * D + d] += pj * vf[d];
+            const float pv = pj * vs; /* V's per-token scale on the weight (1 for other dtypes) */
+            for (int d = 0; d < D; d++) acc[r * D + d] += pv * vf[d];
         }
     }
 }

@@ -8,14 +8,27 @@ static const char *const flags_f16[] = {"float16", "half", NULL};
 static const char *const flags_bf16[] = {"bfloat16", NULL};
 static const char *const flags_e4m3[] = {"fp8", "fp8_e4m3", NULL};
 static const char *const flags_e5m2[] = {"fp8_e5m2", NULL};
+static const char *const flags_i8pth[] = {"int8_per_token_head", NULL};
+static const char *const flags_f8pth[] = {"fp8_per_token_head", NULL};
 
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
-    {VT_DTYPE_F32, "float32", "float32", flags_f32, 4, 0, 3.4028234663852886e38, 8, 23},
-    {VT_DTYPE_F16, "float16", "float16", flags_f16, 2, 0, 65504.0, 5, 10},
-    {VT_DTYPE_BF16, "bfloat16", "bfloat16", flags_bf16, 2, 0, 3.3895313892515355e38, 8, 7},
-    {VT_DTYPE_FP8_E4M3, "fp8_e4m3", "float8_e4m3fn", flags_e4m3, 1, 1, 448.0, 4, 3},
-    {VT_DTYPE_FP8_E5M2, "fp8_e5m2", "float8_e5m2", flags_e5m2, 1, 1, 57344.0, 5, 2},
+    {VT_DTYPE_F32, "float32", "float32", flags_f32, 4, 0, 3.4028234663852886e38, 8, 23, 32, 0, VT_DTYPE_F32,
+     VT_SCALE_NONE, 0.0f, 0.0f, VT_PAGE_DENSE},
+    {VT_DTYPE_F16, "float16", "float16", flags_f16, 2, 0, 65504.0, 5, 10, 16, 0, VT_DTYPE_F16, VT_SCALE_NONE, 0.0f,
+     0.0f, VT_PAGE_DENSE},
+    {VT_DTYPE_BF16, "bfloat16", "bfloat16", flags_bf16, 2, 0, 3.3895313892515355e38, 8, 7, 16, 0, VT_DTYPE_BF16,
+     VT_SCALE_NONE, 0.0f, 0.0f, VT_PAGE_DENSE},
+    {VT_DTYPE_FP8_E4M3, "fp8_e4m3", "float8_e4m3fn", flags_e4m3, 1, 1, 448.0, 4, 3, 8, 0, VT_DTYPE_FP8_E4M3,
+     VT_SCALE_TENSOR, 0.0f, 0.0f, VT_PAGE_DENSE},
+    {VT_DTYPE_FP8_E5M2, "fp8_e5m2", "float8_e5m2", flags_e5m2, 1, 1, 57344.0, 5, 2, 8, 0, VT_DTYPE_FP8_E5M2,
+     VT_SCALE_TENSOR, 0.0f, 0.0f, VT_PAGE_DENSE},
+    /* vLLM 0.33 _PER_TOKEN_HEAD_QUANT_PARAMS: int8 (127, -128); fp8 (finfo max, min) = (448, -448). */
+    {VT_DTYPE_INT8_PTH, "int8_per_token_head", "int8", flags_i8pth, 1, 0, 127.0, 0, 7, 8, 1, -1,
+     VT_SCALE_TOKEN_HEAD, 127.0f, -128.0f, VT_PAGE_SCALE_PLANES},
+    {VT_DTYPE_FP8_PTH, "fp8_per_token_head", "float8_e4m3fn", flags_f8pth, 1, 0, 448.0, 4, 3, 8, 0,
+     VT_DTYPE_FP8_E4M3, VT_SCALE_TOKEN_HEAD, 448.0f, -448.0f, VT_PAGE_SCALE_PLANES},
 };
+
 
 const vt_dtype_info *vt_dtype_get(int dtype) {
     if (dtype < 0 || dtype >= VT_DTYPE_COUNT) return NULL;
@@ -49,7 +62,9 @@ vt_status vt_dtype_from_name(const char *name, const char *argname, int *out, vt
     }
     for (int d = 0; d < VT_DTYPE_COUNT; d++) {
         const vt_dtype_info *t = &dtype_table[d];
-        if (strcmp(name, t->name) == 0 || strcmp(name, t->numpy_name) == 0) {
+        /* A per-token-head row's numpy_name names its element type only ("int8"), not the format. */
+        if (strcmp(name, t->name) == 0 ||
+            (t->scale_kind != VT_SCALE_TOKEN_HEAD && strcmp(name, t->numpy_name) == 0)) {
             *out = d;
             return VT_OK;
         }
@@ -71,4 +86,9 @@ vt_status vt_dtype_from_name(const char *name, const char *argname, int *out, vt
         list[used] = '\0';
     }
     return vt_error_set(err, VT_ERR_VALUE, "%s must be one of %s; got '%.64s'", argname, list, name);
+}
+
+int vt_dtype_per_token_head(int dtype) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    return t && t->scale_kind == VT_SCALE_TOKEN_HEAD;
 }

@@ -61,6 +61,10 @@ vt_status vt_kv_store_check(const vt_kv_store_params *p, vt_error *err) {
     if (vt_size_mul((size_t)p->num_blocks, (size_t)p->block_size, &slots) != 0 || slots > (size_t)INT64_MAX)
         return vt_error_set(err, VT_ERR_OVERFLOW, "%s: num_blocks * block_size must fit in 64 bits; got %lld * %lld",
                             fn, (long long)p->num_blocks, (long long)p->block_size);
+    if (vt_dtype_per_token_head(p->cache_dtype)) {
+        vt_status st = vt_kv_store_pth_check(p, fn, err);
+        if (st != VT_OK) return st;
+    }
     const int64_t limit = (int64_t)slots;
     for (int64_t t = 0; t < p->num_tokens; t++) {
         int64_t s = p->slot_mapping[t];
@@ -150,6 +154,10 @@ vt_status vt_kv_store(const vt_kv_store_params *p, int num_threads, vt_error *er
     vt_status st = vt_kv_store_check(p, err);
     if (st != VT_OK) return st;
     if (p->num_tokens == 0) return VT_OK;
+    if (vt_dtype_per_token_head(p->cache_dtype)) {
+        vt_kv_store_pth_run(p, num_threads);
+        return VT_OK;
+    }
     const vt_codec_kernels *k = vt_codec_active();
     store_job j;
     memset(&j, 0, sizeof j);

@@ -18,6 +18,21 @@ static vt_status mul(const char *fn, size_t a, size_t b, size_t *out, vt_error *
     return VT_OK;
 }
 
+/* Bytes of one float32 scale plane [num_blocks, block_size, num_kv_heads], rounded up to 64, for a
+ * per-token-head dtype; 0 for the others. Dimensions already checked > 0. */
+static vt_status scale_region(const vt_kv_cache_config *cfg, const char *fn, size_t *out, vt_error *err) {
+    *out = 0;
+    if (vt_dtype_get(cfg->dtype)->page_layout != VT_PAGE_SCALE_PLANES) return VT_OK;
+    size_t n;
+    vt_status st;
+    if ((st = mul(fn, (size_t)cfg->num_blocks, (size_t)cfg->block_size, &n, err)) ||
+        (st = mul(fn, n, (size_t)cfg->num_kv_heads, &n, err)) || (st = mul(fn, n, 4, &n, err)))
+        return st;
+    if (vt_size_add(n, KV_ALIGN - 1, &n) != 0) return mul(fn, SIZE_MAX, 2, &n, err);
+    *out = n & ~(KV_ALIGN - 1);
+    return VT_OK;
+}
+
 vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_t *kv_bytes, size_t *region_bytes,
                             size_t *page_bytes, size_t *nbytes, vt_error *err) {
     if (!fn) fn = "vt_kv_cache_sizes";
@@ -44,6 +59,19 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
     region &= ~(KV_ALIGN - 1);
     if ((st = mul(fn, region, (size_t)cfg->num_layers, &total, err)) || (st = mul(fn, total, 2, &total, err)))
         return st;
+    size_t sregion = 0;
+    if ((st = scale_region(cfg, fn, &sregion, err))) return st;
+    if (sregion) {
+        /* The scale planes: 4 bytes per (slot, head) for each of K and V, in the page and the allocation. */
+        size_t spage, stotal;
+        if ((st = mul(fn, (size_t)cfg->block_size * (size_t)cfg->num_kv_heads, 8, &spage, err)) ||
+            (st = mul(fn, spage, (size_t)cfg->num_layers, &spage, err)) ||
+            (st = mul(fn, sregion, 2 * (size_t)cfg->num_layers, &stotal, err)))
+            return st;
+        if (vt_size_add(page, spage, &page) != 0 || vt_size_add(total, stotal, &total) != 0 ||
+            total > (size_t)PTRDIFF_MAX)
+            return mul(fn, SIZE_MAX, 2, &page, err);
+    }
     if (kv_bytes) *kv_bytes = kv;
     if (region_bytes) *region_bytes = region;
     if (page_bytes) *page_bytes = page;
@@ -66,6 +94,10 @@ vt_status vt_kv_cache_create(const vt_kv_cache_config *cfg, vt_kv_cache **out, v
     c->region_bytes = region;
     c->page_bytes = page;
     c->nbytes = total;
+    if ((st = scale_region(cfg, fn, &c->scale_region_bytes, err))) {
+        free(c);
+        return st;
+    }
     c->k_scale_mode = c->v_scale_mode = VT_KV_SCALE_TENSOR;
     c->k_scale = malloc(nscale * sizeof(float));
     c->v_scale = malloc(nscale * sizeof(float));
@@ -79,6 +111,11 @@ vt_status vt_kv_cache_create(const vt_kv_cache_config *cfg, vt_kv_cache **out, v
     memset(data, 0, total);
     c->data = data;
     for (size_t i = 0; i < nscale; i++) c->k_scale[i] = c->v_scale[i] = 1.0f;
+    if (c->scale_region_bytes) { /* per-token-head scale planes start at 1.0, as vLLM fills its scale caches */
+        float *sp = vt_kv_cache_scale_data(c, 0, 0);
+        size_t ns = c->scale_region_bytes / sizeof(float) * 2 * (size_t)cfg->num_layers;
+        for (size_t i = 0; i < ns; i++) sp[i] = 1.0f;
+    }
     *out = c;
     return VT_OK;
 }
@@ -134,6 +171,26 @@ vt_status vt_kv_cache_set_scales(vt_kv_cache *c, vt_kv_scale_mode k_mode, const 
 void *vt_kv_cache_layer_data(const vt_kv_cache *c, int64_t layer, int which) {
     if (!c || !c->data || layer < 0 || layer >= c->cfg.num_layers || (which != 0 && which != 1)) return NULL;
     return c->data + ((size_t)layer * 2 + (size_t)which) * c->region_bytes;
+}
+
+float *vt_kv_cache_scale_data(const vt_kv_cache *c, int64_t layer, int which) {
+    if (!c || !c->data || !c->scale_region_bytes || layer < 0 || layer >= c->cfg.num_layers ||
+        (which != 0 && which != 1))
+        return NULL;
+    return (float *)(void *)(c->data + 2 * (size_t)c->cfg.num_layers * c->region_bytes +
+                             ((size_t)layer * 2 + (size_t)which) * c->scale_region_bytes);
+}
+
+/* Destination of a layer's K or V scale plane ([NB, BS, H] float32, contiguous). */
+static vt_kv_dst scale_dst(const vt_kv_cache *c, int64_t layer, int which) {
+    vt_kv_dst d;
+    memset(&d, 0, sizeof d);
+    d.base = vt_kv_cache_scale_data(c, layer, which);
+    d.stride_head = 4;
+    d.stride_slot = 4 * c->cfg.num_kv_heads;
+    d.stride_block = d.stride_slot * c->cfg.block_size;
+    d.chunk = 1;
+    return d;
 }
 
 /* Destination strides of a layer's K or V storage in the cache's layout. */
@@ -193,6 +250,10 @@ vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const void *key
     p.k_scale = c->k_scale + layer * c->cfg.num_kv_heads;
     p.v_scale = c->v_scale + layer * c->cfg.num_kv_heads;
     p.scale_per_head = 1;
+    if (c->scale_region_bytes) {
+        p.k_scale_cache = scale_dst(c, layer, 0);
+        p.v_scale_cache = scale_dst(c, layer, 1);
+    }
     return vt_kv_store(&p, num_threads, err);
 }
 
@@ -218,8 +279,17 @@ vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t 
             for (int64_t h = 0; h < H; h++) {
                 const char *src = (const char *)d.base + b * d.stride_block + o * d.stride_slot + h * d.stride_head;
                 float *dst = out + (i * H + h) * D;
-                if (f >= 0) k->dequant[f][VT_DTYPE_F32]((const uint8_t *)src, dst, (size_t)D, scales[h]);
-                else k->convert[c->cfg.dtype][VT_DTYPE_F32](src, dst, (size_t)D);
+                if (c->scale_region_bytes) { /* per-token-head: code * that (token, head)'s scale */
+                    const vt_kv_dst sd = scale_dst(c, layer, which);
+                    float sc;
+                    memcpy(&sc, (const char *)sd.base + b * sd.stride_block + o * sd.stride_slot + h * sd.stride_head,
+                           sizeof sc);
+                    vt_pth_dequant_row(c->cfg.dtype, (const uint8_t *)src, dst, D, sc);
+                } else if (f >= 0) {
+                    k->dequant[f][VT_DTYPE_F32]((const uint8_t *)src, dst, (size_t)D, scales[h]);
+                } else {
+                    k->convert[c->cfg.dtype][VT_DTYPE_F32](src, dst, (size_t)D);
+                }
             }
         }
     }

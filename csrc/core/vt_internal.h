@@ -48,6 +48,13 @@ typedef struct vt_kernels {
  * on first use). Never NULL; tables are never modified or freed. */
 const vt_kernels *vt_kernels_active(void);
 
+/* The per-token-head store (kv_store_pth.c), called by vt_kv_store_check / vt_kv_store. */
+struct vt_kv_store_params;
+vt_status vt_kv_store_pth_check(const struct vt_kv_store_params *p, const char *fn, vt_error *err);
+void vt_kv_store_pth_run(const struct vt_kv_store_params *p, int num_threads);
+/* codes * scale in float32 (the read of a per-token-head row; int8 or the e4m3 table). */
+void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale);
+
 /* Index of a float dtype in the [3] dimensions of vt_codec_kernels, or -1. */
 static inline int vt_float_index(int dtype) {
     return (dtype == VT_DTYPE_F32 || dtype == VT_DTYPE_F16 || dtype == VT_DTYPE_BF16) ? dtype : -1;

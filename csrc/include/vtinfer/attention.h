@@ -82,6 +82,19 @@ typedef struct vt_attn_params {
      * strides; NULL: not computed. */
     float *lse;
     int64_t lse_stride_head, lse_stride_tok;
+
+    /* Per-token-head caches only (kv_dtype whose table row has scale_kind
+     * VT_SCALE_TOKEN_HEAD: int8 or e4m3 codes): the float32 scale of the key
+     * in slot (block, offset) of KV head g is at k_scale_cache +
+     * block*ks_stride_block + offset*ks_stride_tok + g*ks_stride_head (bytes),
+     * V's likewise (vLLM's [num_blocks, block_size, num_kv_heads] scale
+     * caches, any strides). K_j = code_j * ks_j folds into the logit,
+     * s_j = (q . code_j) * (softmax_scale * ks_j); V_j = code_j * vs_j folds
+     * into the weight, out = sum_j (e^{s_j} vs_j) code_j / (sum_j e^{s_j} + ...)
+     * (vLLM's triton_unified_attention). k_descale/v_descale must be NULL. */
+    const void *k_scale_cache, *v_scale_cache;
+    int64_t ks_stride_block, ks_stride_tok, ks_stride_head;
+    int64_t vs_stride_block, vs_stride_tok, vs_stride_head;
 } vt_attn_params;
 
 /* Bytes of scratch vt_attn_varlen needs for `p` and `num_threads`

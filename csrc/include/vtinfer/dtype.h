@@ -19,8 +19,25 @@ typedef enum vt_dtype {
     VT_DTYPE_BF16 = 2,
     VT_DTYPE_FP8_E4M3 = 3, /* float8 e4m3fn: no infinities, NaN 0x7F/0xFF, max 448 */
     VT_DTYPE_FP8_E5M2 = 4, /* float8 e5m2: IEEE-like, max finite 57344 */
-    VT_DTYPE_COUNT = 5
+    VT_DTYPE_INT8_PTH = 5, /* int8 codes + one float32 scale per (token, KV head) (vLLM int8_per_token_head) */
+    VT_DTYPE_FP8_PTH = 6,  /* e4m3fn codes + one float32 scale per (token, KV head) (vLLM fp8_per_token_head) */
+    VT_DTYPE_COUNT = 7
 } vt_dtype;
+
+/* How a dtype's values are scaled. */
+typedef enum vt_scale_kind {
+    VT_SCALE_NONE = 0,       /* plain values (float32/16, bfloat16) */
+    VT_SCALE_TENSOR = 1,     /* codes times a given scale (per tensor, layer or KV head): fp8 */
+    VT_SCALE_TOKEN_HEAD = 2  /* codes times a float32 scale computed at store, one per (token, KV head) */
+} vt_scale_kind;
+
+/* How one layer's page of a vt_kv_cache is laid out. */
+typedef enum vt_page_layout {
+    VT_PAGE_DENSE = 0,       /* K and V planes of elements, nothing else */
+    VT_PAGE_SCALE_PLANES = 1 /* K and V planes of codes plus a float32 [num_blocks, block_size, num_kv_heads]
+                              * scale plane for each of K and V (vLLM keeps the same bytes inline, after
+                              * each head's codes: page bytes are equal) */
+} vt_page_layout;
 
 /* Value of a flag that names no dtype by itself ("auto": the model's dtype). */
 #define VT_DTYPE_AUTO (-1)
@@ -35,7 +52,17 @@ typedef struct vt_dtype_info {
     double max_finite;         /* largest finite value */
     int exponent_bits;         /* IEEE-style field widths */
     int mantissa_bits;
+    int elem_bits;             /* bits of one stored element (8; 4 for packed formats) */
+    int is_int;                /* elements are two's-complement integer codes */
+    int code_dtype;            /* the dtype whose codes are stored: itself, FP8_E4M3 for fp8_per_token_head,
+                                * -1 for integer codes */
+    vt_scale_kind scale_kind;
+    float quant_max, quant_min; /* per-token-head: code range the scaled values are clamped to */
+    vt_page_layout page_layout;
 } vt_dtype_info;
+
+/* 1 when `dtype` stores one scale per (token, KV head) (the table's scale_kind), else 0. */
+VT_API int vt_dtype_per_token_head(int dtype);
 
 /* The table entry of `dtype`, or NULL when `dtype` is out of range. */
 VT_API const vt_dtype_info *vt_dtype_get(int dtype);

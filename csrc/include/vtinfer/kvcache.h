@@ -57,6 +57,12 @@ typedef struct vt_kv_store_params {
     vt_dtype cache_dtype; /* F32, F16, BF16 (plain conversion) or FP8_E4M3 / FP8_E5M2 */
     const float *k_scale, *v_scale; /* fp8 only: 1 element, or num_kv_heads when scale_per_head */
     int scale_per_head;
+    /* Per-token-head caches (cache_dtype whose table row has scale_kind VT_SCALE_TOKEN_HEAD) only:
+     * where the float32 scale of (block b, offset o, head h) is written, at base + b*stride_block +
+     * o*stride_slot + h*stride_head (bytes; chunk unused). vLLM's [num_blocks, block_size,
+     * num_kv_heads] scale caches with any strides. The code rows go through key_cache/value_cache
+     * (chunk must equal head_size). */
+    vt_kv_dst k_scale_cache, v_scale_cache;
 } vt_kv_store_params;
 
 /* Check everything vt_kv_store would write through: dtypes, sizes > 0 (and
@@ -100,12 +106,22 @@ typedef struct vt_kv_cache {
     size_t elem_bytes;
     size_t kv_bytes;        /* bytes of one layer's K (or V): num_blocks * block_size * H * D * elem */
     size_t region_bytes;    /* kv_bytes rounded up to 64 */
-    size_t page_bytes;      /* one block over all layers, K and V: 2 * L * block_size * H * D * elem */
-    size_t nbytes;          /* the allocation: 2 * L * region_bytes */
+    size_t page_bytes;      /* one block over all layers, K and V: 2 * L * block_size * H * D * elem
+                             * (+ 8 * L * block_size * H for the scale planes of a per-token-head dtype) */
+    size_t nbytes;          /* the allocation: 2 * L * (region_bytes + scale_region_bytes) */
     unsigned char *data;    /* NULL after vt_kv_cache_release */
     vt_kv_scale_mode k_scale_mode, v_scale_mode; /* the shapes the scales were given in */
     float *k_scale, *v_scale; /* [num_layers * num_kv_heads] each, always expanded */
+    /* Per-token-head dtypes (page_layout VT_PAGE_SCALE_PLANES): after the 2 * L code regions, one
+     * float32 [num_blocks, block_size, num_kv_heads] plane per layer for K and one for V, each
+     * scale_region_bytes (64-byte multiple) long, [L][K, V] order. 0 otherwise. */
+    size_t scale_region_bytes;
 } vt_kv_cache;
+
+/* The K (which = 0) or V (which = 1) scale plane of `layer` of a per-token-head cache
+ * (float32 [num_blocks, block_size, num_kv_heads], contiguous); NULL for other dtypes, out of
+ * range, or released. */
+VT_API float *vt_kv_cache_scale_data(const vt_kv_cache *c, int64_t layer, int which);
 
 /* Sizes of a geometry without allocating: fills kv_bytes, region_bytes,
  * page_bytes, nbytes (any may be NULL). `fn` names the caller in messages.
