@@ -114,6 +114,10 @@ class PagedKVCache(_C.PagedKVCache):
         block_size: int = 16,
         num_blocks: int | None = None,
         kv_cache_memory: int | str | None = None,
+        *,
+        tensor_parallel_size: int = 1,
+        rank: int = 0,
+        kv_cache_dtype_skip_layers: Any = None,
     ) -> PagedKVCache:
         """A cache for a checkpoint, as vLLM would build it.
 
@@ -129,10 +133,18 @@ class PagedKVCache(_C.PagedKVCache):
         ----------
         model : str, os.PathLike or vt.Checkpoint
             The checkpoint directory.
+        tensor_parallel_size, rank : int
+            The cache of one rank as vLLM shards it: its KV heads and its
+            slice of per-head scales; ``kv_cache_memory`` is per GPU.
+        kv_cache_dtype_skip_layers : list of str, optional
+            vLLM's option; NotImplementedError when it leaves layers at
+            different dtypes (one cache holds one dtype).
         """
         from vtinfer.sizing import kv_cache_args
 
-        return cls(**kv_cache_args(model, kv_cache_dtype, block_size, num_blocks, kv_cache_memory))
+        return cls(**kv_cache_args(model, kv_cache_dtype, block_size, num_blocks, kv_cache_memory,
+                                   tensor_parallel_size=tensor_parallel_size, rank=rank,
+                                   kv_cache_dtype_skip_layers=kv_cache_dtype_skip_layers))
 
     def layer(self, layer: int) -> KVLayer:
         """One layer as an object with ``.key``, ``.value`` and ``__dlpack__``."""

@@ -62,10 +62,52 @@ class KVCachePlan:
     total_bytes: int
     blocks_from: str
     warnings: tuple[str, ...]
+    tensor_parallel_size: int = 1
+    num_kv_heads: int = 0
+    layer_dtypes: tuple[str, ...] = ()
+    layer_page_bytes: tuple[int, ...] = ()
+    skipped_layers: tuple[int, ...] = ()
+    vllm_block_size: int = 0
+    skip_page_size_padded: int | None = None
+
+
+#: FlashAttention's smallest kernel block (``MultipleOf(16)`` in the pinned
+#: vLLM's ``get_supported_kernel_block_sizes`` on CUDA).
+FLASH_ATTN_KERNEL_BLOCK = 16
+
+
+def skipped_layers(geo: ModelGeometry, skip: Any, who: str = "plan_kv_cache") -> tuple[int, ...]:
+    """The layers vLLM 0.33's ``Attention.__init__`` keeps unquantized for
+    ``kv_cache_dtype_skip_layers``: ``str(layer) in skip``, or ``"sliding_window"
+    in skip`` and the layer has a sliding window."""
+    if skip is None:
+        return ()
+    if isinstance(skip, str) or not all(isinstance(x, str) for x in skip):
+        raise TypeError(f"{who}: kv_cache_dtype_skip_layers must be a list of str (layer indices such as '0', or "
+                        f"'sliding_window'); got {skip!r}")
+    return tuple(s.layer for s in geo.layers
+                 if str(s.layer) in skip or (s.sliding_window is not None and "sliding_window" in skip))
+
+
+def _heterogeneous_alignment(block_size: int, primary_token: int, skip_token: int) -> tuple[int, int | None]:
+    """vLLM's ``_align_heterogeneous_kv_block_size`` (FlashAttention kernel
+    blocks): (the primary block size, ``skip_page_size_padded``)."""
+    if skip_token < primary_token:
+        raise ValueError(f"plan_kv_cache: padded-spec per-token page ({skip_token}B) < primary ({primary_token}B); "
+                         "a higher-precision padded spec must not be smaller than the quantized primary.")
+    if skip_token == primary_token:
+        return block_size, None
+    kb = FLASH_ATTN_KERNEL_BLOCK
+    align = max(kb, block_size)
+    need = skip_token * kb
+    primary_block = align * -(-need // (align * primary_token))
+    bs = max(block_size, primary_block)
+    return bs, bs * primary_token
 
 
 def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", block_size: int = 16,
-                  num_blocks: int | None = None, kv_cache_memory: int | str | None = None) -> KVCachePlan:
+                  num_blocks: int | None = None, kv_cache_memory: int | str | None = None, *,
+                  tensor_parallel_size: int = 1, kv_cache_dtype_skip_layers: Any = None) -> KVCachePlan:
     """Size a paged KV cache.
 
     Parameters
@@ -78,9 +120,21 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
     num_blocks : int, optional
         Wins over ``kv_cache_memory``.
     kv_cache_memory : int or str, optional
-        Bytes (``"8GiB"``); blocks = memory // bytes_per_block. Neither given:
-        256 blocks and a warning.
+        Bytes (``"8GiB"``) per GPU; blocks = memory // bytes_per_block. Neither
+        given: 256 blocks and a warning.
+    tensor_parallel_size : int
+        The plan is one rank's: ``max(1, H_kv // N)`` KV heads (vLLM's
+        ``get_num_kv_heads``); vLLM's refusals for ``N`` (heads not divisible,
+        ...) are raised as ValueError.
+    kv_cache_dtype_skip_layers : list of str, optional
+        vLLM 0.33's ``CacheConfig.kv_cache_dtype_skip_layers``: layer indices
+        (``"0"``) or ``"sliding_window"``; those layers keep the model dtype,
+        so ``layer_page_bytes`` differ. ``vllm_block_size`` and
+        ``skip_page_size_padded`` are what vLLM's block alignment
+        (``_align_heterogeneous_kv_block_size``, FlashAttention's 16-token
+        kernel block) sets when the list is non-empty.
     """
+    from vtinfer.tensor_parallel import rank_heads
     from vtinfer import dtype_info
     from vtinfer.resolve import resolve_kv_cache_dtype
 
@@ -102,10 +156,24 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         raise ValueError(f"plan_kv_cache: block_size must be a positive int; got {block_size!r}")
     info = dtype_info(dtype)
     elem = info.elem_bytes
-    # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
-    # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
-    scale_bytes = 8 if info.scale_kind == "token_head" else 0
-    per_block = sum(block_size * s.num_kv_heads * (2 * s.head_dim * elem + scale_bytes) for s in geo.layers)
+    kv_rank = rank_heads(geo.num_heads, geo.num_kv_heads, tensor_parallel_size, 0).num_kv_heads
+    skipped = skipped_layers(geo, kv_cache_dtype_skip_layers)
+    layer_dtypes = tuple(geo.dtype if s.layer in skipped else dtype for s in geo.layers)
+
+    def token_bytes(d: str, kv: int, head_dim: int) -> int:
+        # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
+        # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
+        di = dtype_info(d)
+        return kv * (2 * head_dim * di.elem_bytes + (8 if di.scale_kind == "token_head" else 0))
+
+    pages = tuple(block_size * token_bytes(d, kv_rank if s.num_kv_heads == geo.num_kv_heads else
+                                           max(1, s.num_kv_heads // tensor_parallel_size), s.head_dim)
+                  for s, d in zip(geo.layers, layer_dtypes))
+    per_block = sum(pages)
+    vbs, padded = block_size, None
+    if kv_cache_dtype_skip_layers:
+        vbs, padded = _heterogeneous_alignment(block_size, token_bytes(dtype, kv_rank, geo.head_dim),
+                                               token_bytes(geo.dtype, kv_rank, geo.head_dim))
     warnings: list[str] = []
     if num_blocks is not None:
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
@@ -120,15 +188,64 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         n, src = FALLBACK_BLOCKS, "fallback"
         warnings.append(f"neither num_blocks nor kv_cache_memory given: using {FALLBACK_BLOCKS} blocks")
     return KVCachePlan(dtype, elem, block_size, geo.num_layers, per_block, n, n * block_size, n * per_block, src,
-                       tuple(warnings))
+                       tuple(warnings), int(tensor_parallel_size), kv_rank, layer_dtypes, pages, skipped, vbs, padded)
+
+
+def ct_head_counts(res: Any, geo: ModelGeometry) -> tuple[int | None, int | None]:
+    """``(total_num_heads, total_num_kv_heads)`` as compressed-tensors' attn_head
+    loader sees them: vLLM's ``get_quant_config`` writes the model's head
+    counts into a compressed-tensors config that has ``config_groups``;
+    otherwise the config's own ``total_num_heads`` / ``total_num_kv_heads``
+    (None when absent: vLLM's loader then fails on per-head scales)."""
+    qc = res.quant_config if isinstance(res.quant_config, dict) else {}
+    if "config_groups" in qc:
+        return geo.num_heads, geo.num_kv_heads
+    h, kv = qc.get("total_num_heads"), qc.get("total_num_kv_heads")
+    return (h if isinstance(h, int) else None), (kv if isinstance(kv, int) else None)
+
+
+def is_compressed_tensors_kv(res: Any) -> bool:
+    """The attention layers use compressed-tensors' KV method (a ``kv_cache_scheme``)."""
+    qc = res.quant_config if isinstance(res.quant_config, dict) else {}
+    return res.quant_method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None
+
+
+def scale_load_options(res: Any, geo: ModelGeometry, who: str) -> dict[str, Any]:
+    """The keyword arguments :func:`vtinfer.load_kv_scales` needs for a resolution.
+
+    Raises
+    ------
+    ValueError
+        An ``attn_head`` checkpoint whose head counts vLLM cannot learn
+        (neither ``config_groups`` nor ``total_num_heads`` in its config).
+    """
+    ct = is_compressed_tensors_kv(res)
+    heads: int | None = geo.num_heads
+    if res.per_head_scales:
+        heads, kv = ct_head_counts(res, geo)
+        if heads is None or kv is None:
+            raise ValueError(f"{who}: a compressed-tensors attn_head quantization_config must have config_groups "
+                             "(vLLM then adds total_num_heads / total_num_kv_heads) or both total_num_heads and "
+                             "total_num_kv_heads; got neither")
+    return dict(per_head=res.per_head_scales, compressed_tensors=ct, num_heads=heads)
 
 
 def kv_cache_args(model: Any, kv_cache_dtype: str = "auto", block_size: int = 16, num_blocks: int | None = None,
-                  kv_cache_memory: int | str | None = None) -> dict[str, Any]:
-    """Everything ``PagedKVCache(...)`` needs for a checkpoint: the resolved
-    dtype, the geometry, and the per-layer scales loaded as vLLM loads them
-    (``k_scale`` / ``v_scale``: ``[num_layers]`` or ``[num_layers, H_kv]``).
-    ``PagedKVCache.from_checkpoint`` (issue #3's type) is ``PagedKVCache(**kv_cache_args(...))``."""
+                  kv_cache_memory: int | str | None = None, *, tensor_parallel_size: int = 1, rank: int = 0,
+                  kv_cache_dtype_skip_layers: Any = None) -> dict[str, Any]:
+    """Everything ``PagedKVCache(...)`` needs for a checkpoint on one
+    tensor-parallel rank: the resolved dtype, the rank's geometry
+    (``max(1, H_kv // N)`` KV heads), the planned blocks for a per-GPU
+    ``kv_cache_memory``, and the rank's K/V scales loaded as vLLM loads them
+    (``k_scale`` / ``v_scale``: ``[num_layers]`` or ``[num_layers, H_kv_rank]``).
+    ``PagedKVCache.from_checkpoint`` is ``PagedKVCache(**kv_cache_args(...))``.
+
+    Raises
+    ------
+    NotImplementedError
+        ``kv_cache_dtype_skip_layers`` leaves some layers at another dtype than
+        the rest: a ``PagedKVCache`` holds one dtype (``plan_kv_cache`` sizes it).
+    """
     import numpy as np
 
     from vtinfer.resolve import resolve_kv_cache_dtype
@@ -136,18 +253,29 @@ def kv_cache_args(model: Any, kv_cache_dtype: str = "auto", block_size: int = 16
 
     ck = model if isinstance(model, Checkpoint) else Checkpoint(model)
     res = resolve_kv_cache_dtype(kv_cache_dtype, ck)
-    plan = plan_kv_cache(ck, kv_cache_dtype, block_size, num_blocks, kv_cache_memory)
+    plan = plan_kv_cache(ck, kv_cache_dtype, block_size, num_blocks, kv_cache_memory,
+                         tensor_parallel_size=tensor_parallel_size,
+                         kv_cache_dtype_skip_layers=kv_cache_dtype_skip_layers)
+    if len(set(plan.layer_dtypes)) > 1:
+        raise NotImplementedError(
+            f"kv_cache_args: kv_cache_dtype_skip_layers keeps layers {list(plan.skipped_layers)} at "
+            f"{plan.layer_dtypes[plan.skipped_layers[0]]} while the others are {plan.dtype}; a PagedKVCache holds "
+            "one dtype for all layers (vt.plan_kv_cache sizes the mixed cache)")
     geo = ck.geometry
     from vtinfer import dtype_info
 
     quantized = dtype_info(plan.dtype).is_fp8  # per-tensor scales: per-token-head formats compute theirs
+    opts = scale_load_options(res, geo, "kv_cache_args")
     sc = load_kv_scales(ck.shards, geo.num_layers, geo.num_kv_heads, quantized=quantized,
-                        per_head=res.per_head_scales, kv_cache_dtype=plan.dtype)
+                        kv_cache_dtype=plan.dtype, tensor_parallel_size=tensor_parallel_size, rank=rank,
+                        unquantized_layers=plan.skipped_layers, **opts)
+    kv = plan.num_kv_heads
+
     def arr(vals: list) -> Any:
         if any(isinstance(v, tuple) for v in vals):
-            return np.array([v if isinstance(v, tuple) else (v,) * geo.num_kv_heads for v in vals], np.float32)
+            return np.array([v if isinstance(v, tuple) else (v,) * kv for v in vals], np.float32)
         return np.array(vals, np.float32)
 
     return dict(num_layers=geo.num_layers, num_blocks=plan.num_blocks, block_size=block_size,
-                num_kv_heads=geo.num_kv_heads, head_size=geo.head_dim, dtype=plan.dtype,
+                num_kv_heads=kv, head_size=geo.head_dim, dtype=plan.dtype,
                 k_scale=arr([s.k_scale for s in sc]), v_scale=arr([s.v_scale for s in sc]))

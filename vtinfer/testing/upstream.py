@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 #: The one place the vLLM release vtinfer mirrors is pinned.
 VLLM_PIN = "0.33.0"
 
@@ -308,3 +310,67 @@ def locate_or_skip() -> Source:
         if require():
             pytest.fail(f"vLLM {VLLM_PIN} source required (VTINFER_REQUIRE_UPSTREAM=1): {e}")
         pytest.skip(f"vLLM {VLLM_PIN} source unavailable: {e}")
+
+
+F_CT = "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py"
+
+
+def _inner_function(tree: ast.Module, qualname: str, inner: str) -> ast.FunctionDef:
+    outer = find_node(tree, qualname)
+    for n in ast.walk(outer):
+        if isinstance(n, ast.FunctionDef) and n.name == inner:
+            return n
+    raise LookupError(f"{qualname}.<locals>.{inner} not found")
+
+
+def tp_aware_loader(src: Source) -> Callable[..., Any]:
+    """compressed-tensors' ``_tp_aware_loader`` (a closure inside
+    ``CompressedTensorsKVCacheMethod.create_weights``), extracted and run with
+    torch. Returns ``load(loaded, kind, *, total_num_heads, total_num_kv_heads,
+    tensor_parallel_size, rank, param_type="scale")``: the float64 NumPy
+    array vLLM copies into the rank's ``[num_kv_heads_per_rank]`` parameter,
+    or None for a zero point (ignored upstream). Needs torch."""
+    import torch
+
+    node = _inner_function(ast.parse(src.read(F_CT)), "CompressedTensorsKVCacheMethod.create_weights",
+                           "_tp_aware_loader")
+    node.returns = None
+    for a in node.args.args + node.args.kwonlyargs:
+        a.annotation = None
+    code = compile(ast.Module(body=[node], type_ignores=[]), "<vllm _tp_aware_loader>", "exec")
+
+    def load(loaded: Any, kind: str, *, total_num_heads: int, total_num_kv_heads: int,
+             tensor_parallel_size: int = 1, rank: int = 0, param_type: str = "scale") -> Any:
+        per_rank = max(1, total_num_kv_heads // tensor_parallel_size)
+        ns: dict[str, Any] = {
+            "torch": torch,
+            "self": types.SimpleNamespace(quant_config=types.SimpleNamespace(
+                total_num_heads=total_num_heads, total_num_kv_heads=total_num_kv_heads)),
+            "layer": types.SimpleNamespace(num_kv_heads=per_rank),
+            "get_tensor_model_parallel_rank": lambda: rank,
+            "get_tensor_model_parallel_world_size": lambda: tensor_parallel_size,
+        }
+        exec(code, ns)
+        param = torch.nn.Parameter(torch.full((per_rank,), -7.0, dtype=torch.float32), requires_grad=False)
+        w = torch.as_tensor(np.asarray(loaded)).to(torch.float32)
+        ns["_tp_aware_loader"](param, w, kind=kind, param_type=param_type)
+        out = param.detach().numpy().astype(np.float64)
+        return None if bool((out == -7.0).all()) else out
+
+    return load
+
+
+def scalar_scale_loader(src: Source) -> Callable[[Any], float]:
+    """``KVCacheScaleParameter.weight_loader`` (vLLM's base KV method: one
+    element or ValueError), run with torch; returns the loaded float."""
+    import torch
+
+    ns = extract(src.read(F_KV_CACHE), ["KVCacheScaleParameter.weight_loader"], {"torch": torch})
+    fn = ns["KVCacheScaleParameter.weight_loader"]
+
+    def load(loaded: Any) -> float:
+        p = torch.nn.Parameter(torch.tensor(-1.0), requires_grad=False)
+        fn(p, torch.as_tensor(np.asarray(loaded, dtype=np.float32)))
+        return float(p.item())
+
+    return load
