@@ -187,7 +187,8 @@ def read_tensor(ti: TensorInfo) -> np.ndarray:
         raw = f.read(ti.end - ti.begin)
     dt = _ST_DTYPES[ti.dtype]
     arr = np.frombuffer(raw, dtype=np.dtype(_ml(dt) if isinstance(dt, str) else dt))
-    return arr.astype(np.float64).reshape(ti.shape)
+    with np.errstate(invalid="ignore"):  # NaN payloads convert to NaN
+        return arr.astype(np.float64).reshape(ti.shape)
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ def load_kv_scales(shards: Iterable[str | os.PathLike], num_layers: int, num_kv_
     Raises
     ------
     ValueError
-        A non-finite or non-positive K/V scale, a non-finite q scale, a scale
+        A non-finite or non-positive K/V scale, a scale
         with the wrong number of elements (the tensor named), or bad
         ``tensor_parallel_size`` / ``rank``.
     TypeError
@@ -349,8 +350,10 @@ def load_kv_scales(shards: Iterable[str | os.PathLike], num_layers: int, num_kv_
                                      f"got None")
                 vals = _vals(name, ti, want, "q_scale: one per query head for attn_head" if per_head else
                              "a per-tensor q_scale")
-                if not np.all(np.isfinite(vals)):
-                    raise ValueError(f"load_kv_scales: {name} must be finite; got {vals.tolist()}")
+                if not np.all(np.isfinite(vals) & (vals > 0)):
+                    # vLLM loads it as is (llm-compressor 0.14 on a CPU leaves q_scale uncalibrated)
+                    log.append(f"{name} holds non-finite or non-positive values {vals.tolist()}: vLLM loads "
+                               "q_scale as is; only an fp8-query attention path uses it")
                 val: Any = (tuple(float(x) for x in vals.reshape(num_kv_heads, -1).max(axis=1))
                             if per_head else float(vals[0]))
             else:

@@ -77,7 +77,8 @@ def test_llmcompressor_scales_equal_the_file_and_vllms_loader(llmc_checkpoints, 
                 assert np.array_equal(s.v_scale, vllm_tp_loader(v, "v", **kw))
                 if recipe == "attn_head_attention":
                     q = t[a.format(i, "q_scale")]
-                    assert np.array_equal(s.q_scale, vllm_tp_loader(q, "q", **kw))
+                    # llm-compressor 0.14 on a CPU leaves q_scale uncalibrated (0 or NaN): compared as loaded
+                    assert np.array_equal(s.q_scale, vllm_tp_loader(q, "q", **kw), equal_nan=True)
                     assert vllm_tp_loader(t[a.format(i, "k_zero_point")], "k", param_type="zero_point", **kw) is None
                     assert set(s.zero_points) == {a.format(i, f"{x}_zero_point") for x in "qkv"}
                 else:

@@ -15,12 +15,15 @@ quantization config" for a KV-only ModelOpt config, so such a checkpoint does
 not *load* in vLLM. ``fmt="compressed-tensors"`` writes the form vLLM loads
 for unquantized weights with an fp8 KV cache (llm-compressor's): a
 ``kv_cache_scheme`` with ``strategy: "tensor"`` and tensors
-``model.layers.N.self_attn.k_scale`` / ``v_scale`` of shape ``[]``.
+``model.layers.N.self_attn.k_scale`` / ``v_scale`` of shape ``[1]``.
 
 Per KV head (``per_head=True``): vLLM reads per-head scales only from
 compressed-tensors checkpoints whose ``kv_cache_scheme`` has ``strategy:
-"attn_head"``, so that is what is written: tensors
-``model.layers.N.self_attn.k_scale`` / ``v_scale`` of shape ``[num_kv_heads]``.
+"attn_head"``, so that is what is written, as llm-compressor 0.14 writes it:
+tensors ``model.layers.N.self_attn.k_scale`` / ``v_scale`` of shape
+``[num_kv_heads, 1, 1]`` and llm-compressor's ``quantization_config`` keys
+(``config_groups: {}``, which makes vLLM add the head counts its
+tensor-parallel loader divides by).
 """
 
 from __future__ import annotations
@@ -112,18 +115,25 @@ def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, c
     tensors: dict[str, np.ndarray] = {}
     for i in range(len(ks)):
         if ct:
-            tensors[f"model.layers.{i}.self_attn.k_scale"] = np.asarray(ks[i], np.float32)
-            tensors[f"model.layers.{i}.self_attn.v_scale"] = np.asarray(vs[i], np.float32)
+            # llm-compressor's shapes: [H_kv, 1, 1] per head (attn_head), [1] per tensor
+            shape = (-1, 1, 1) if per_head else (1,)
+            tensors[f"model.layers.{i}.self_attn.k_scale"] = np.asarray(ks[i], np.float32).reshape(shape)
+            tensors[f"model.layers.{i}.self_attn.v_scale"] = np.asarray(vs[i], np.float32).reshape(shape)
         else:
             tensors[f"model.layers.{i}.self_attn.k_proj.k_scale"] = np.asarray(ks[i], np.float32).reshape(())
             tensors[f"model.layers.{i}.self_attn.v_proj.v_scale"] = np.asarray(vs[i], np.float32).reshape(())
     if ct:
+        # The keys llm-compressor 0.14 writes for a kv_cache_scheme-only recipe
+        # (compressed-tensors 0.19.0's QuantizationConfig / QuantizationArgs dump).
         cfg["quantization_config"] = {
-            "quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {},
-            "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "attn_head" if per_head else "tensor",
-                                "dynamic": False,
-                                "symmetric": True},
-            "ignore": [], "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
+            "config_groups": {}, "format": "dense", "global_compression_ratio": None, "ignore": [],
+            "kv_cache_scheme": {"actorder": None, "block_structure": None, "dynamic": False, "group_size": None,
+                                "num_bits": 8, "observer": None, "observer_kwargs": {}, "scale_dtype": None,
+                                "strategy": "attn_head" if per_head else "tensor", "symmetric": True,
+                                "type": "float", "zp_dtype": None},
+            "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
+            "transform_config": {}, "version": "0.19.0",
+            "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
         }
         if per_head:
             # vLLM 0.33.0's attn_head loader partitions scales over tensor-parallel
