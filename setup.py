@@ -36,13 +36,14 @@ sysconfig.get_config_vars()
 
 ext = Extension(
     "vtinfer._C",
-    sources=rel("csrc/core/*.c") + rel("csrc/binding/*.c"),
-    include_dirs=[os.path.join("csrc", "include"), os.path.join("csrc", "core"), numpy.get_include()],
+    sources=rel("csrc/core/*.c") + rel("csrc/binding/*.c") + rel("csrc/binding/common/*.c"),
+    include_dirs=[os.path.join("csrc", "include"), os.path.join("csrc", "core"), os.path.join("csrc", "binding"),
+                  numpy.get_include()],
     define_macros=[("_GNU_SOURCE", "1")],
     extra_compile_args=compile_args,
     extra_link_args=link_args,
     libraries=["m"],
-    depends=rel("csrc/include/vtinfer/*.h") + rel("csrc/core/*.h") + rel("csrc/binding/*.h"),
+    depends=rel("csrc/include/vtinfer/*.h") + rel("csrc/core/*.h") + rel("csrc/binding/*.h") + rel("csrc/binding/common/*.h"),
 )
 
 
@@ -113,7 +114,7 @@ if nvcc:
     exts.append(
         Extension(
             "vtinfer._cuda",
-            sources=rel("csrc/core/*.c") + rel("csrc/binding/cuda/*.c"),
+            sources=rel("csrc/core/*.c") + rel("csrc/binding/common/*.c") + rel("csrc/binding/cuda/*.c"),
             include_dirs=[os.path.join("csrc", "include"), os.path.join("csrc", "core"), os.path.join("csrc", "binding"),
                           os.path.join("csrc", "cuda")],
             define_macros=[("_GNU_SOURCE", "1")],

@@ -9,8 +9,12 @@
  * Arguments are checked in the fixed order type, rank, shape, dtype,
  * contiguity, device; the core then judges the index arrays' contents
  * (vt_attn_scratch_size) before anything is written. The GIL is released
- * around the kernel after every input is pinned. */
+ * around the kernel after every input is pinned.
+ *
+ * The signature is VT_ATTN_ARGS (vt_signature.h); the call's state is one
+ * named struct (attn_call) that each step below fills in turn. */
 #include "vt_binding.h"
+#include "vt_signature.h"
 
 #include <math.h>
 #include <string.h>
@@ -18,40 +22,6 @@
 #include "vtinfer/attention.h"
 
 static const char FN[] = "flash_attn_varlen_func";
-
-enum { T_Q, T_K, T_V, T_CU, T_SK, T_BT, T_AL, T_SA, T_KD, T_VD, T_OUT, T_LSE, T_N };
-
-typedef struct args {
-    vt_tensor t[T_N];
-    int have[T_N];
-} args;
-
-static void release_all(args *a) {
-    for (int i = 0; i < T_N; i++)
-        if (a->have[i]) {
-            vt_tensor_release(&a->t[i]);
-            a->have[i] = 0;
-        }
-}
-
-/* Pin an optional input (None -> absent). */
-static int pin(vt_module_state *st, args *a, int i, PyObject *obj, const char *name, unsigned mask, int ndim,
-               int flags) {
-    if (obj == NULL || obj == Py_None) return 0;
-    if (vt_tensor_from_object(st, obj, FN, name, flags, &a->t[i]) < 0) return -1;
-    a->have[i] = 1;
-    return vt_tensor_check(&a->t[i], FN, name, mask, ndim);
-}
-
-static int shape_err(const char *name, const char *want, const vt_tensor *t) {
-    char got[160] = "[";
-    size_t n = 1;
-    for (int i = 0; i < t->ndim && n < sizeof got - 24; i++)
-        n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-    snprintf(got + n, sizeof got - n, "]");
-    PyErr_Format(PyExc_ValueError, "%s: %s must have shape %s; got %s", FN, name, want, got);
-    return -1;
-}
 
 static int inner_contiguous(const vt_tensor *t, const char *name) {
     for (int i = 0; i < t->ndim; i++)
@@ -77,7 +47,7 @@ static int descale_strides(const vt_tensor *t, const char *name, int64_t B, int6
     } else {
         char want[96];
         snprintf(want, sizeof want, "[], [%lld] or [%lld, %lld]", (long long)hkv, (long long)B, (long long)hkv);
-        return shape_err(name, want, t);
+        return vt_shape_error(FN, name, want, t);
     }
     (void)n;
     return 0;
@@ -168,267 +138,313 @@ static int parse_opt_int(PyObject *obj, const char *name, long long *out) {
     return 0;
 }
 
-static PyObject *py_flash_attn(PyObject *m, PyObject *pargs, PyObject *kw) {
-    static char *kwlist[] = {"q", "k", "v", "cu_seqlens_q", "seqused_k", "block_table", "max_seqlen_q",
-                             "max_seqlen_k", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
-                             "s_aux", "k_descale", "v_descale", "kv_cache_dtype", "out", "return_lse",
-                             "num_threads", NULL};
-    vt_module_state *st = vt_state(m);
-    PyObject *o[20] = {NULL};
-    for (int i = 0; i < 20; i++) o[i] = NULL;
-    int causal = 1, return_lse = 0;
-    const char *kvd = "auto";
-    if (!PyArg_ParseTupleAndKeywords(pargs, kw, "OOO|$OOOOOOpOOOOOOsOpO:flash_attn_varlen_func", kwlist, &o[0],
-                                     &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &causal, &o[10],
-                                     &o[11], &o[12], &o[13], &o[14], &o[15], &kvd, &o[17], &return_lse, &o[19]))
-        return NULL;
-    for (int i = 3; i <= 5; i++)
-        if (!o[i]) {
-            PyErr_Format(PyExc_TypeError, "%s: %s is required", FN, kwlist[i]);
-            return NULL;
-        }
-    /* scalars first: nothing pinned yet */
-    double scale, cap;
-    int wl, wr, nth;
-    long long msq, msk;
-    if (parse_opt_int(o[6], "max_seqlen_q", &msq) < 0 || parse_opt_int(o[7], "max_seqlen_k", &msk) < 0 ||
-        parse_float(o[8], "softmax_scale", NAN, &scale) < 0 || parse_window(o[10], &wl, &wr) < 0 ||
-        parse_float(o[11], "softcap", 0.0, &cap) < 0)
-        return NULL;
-    if ((nth = vt_num_threads_arg(o[19], FN)) < 0) return NULL;
-    int kv_flag;
-    {
-        vt_error e;
-        if (vt_dtype_from_name(kvd, "kv_cache_dtype", &kv_flag, &e) != VT_OK) {
-            PyErr_Format(PyExc_ValueError, "%s: %s", FN, e.message);
-            return NULL;
-        }
-    }
+/* One call's state: the Python arguments by name, the pinned tensors, the
+ * parsed scalars. A tensor that was not given has owner == NULL. */
+typedef struct attn_call {
+    vt_attn_pyargs a;
+    vt_tensor q, k, v, cu_seqlens_q, seqused_k, block_table, alibi_slopes, s_aux, k_descale, v_descale, out, lse;
+    double softmax_scale, softcap;
+    int causal, return_lse, window_left, window_right, num_threads, kv_flag, kv_dtype;
+    long long max_seqlen_q, max_seqlen_k;
+    const char *kv_name; /* kv_cache_dtype as given (borrowed from the argument) */
+    PyObject *out_obj, *lse_obj;
+} attn_call;
 
-    args a;
-    memset(&a, 0, sizeof a);
-    PyObject *result = NULL, *out_obj = NULL, *lse_obj = NULL;
-    void *scratch = NULL;
+static void call_release(attn_call *c) {
+    vt_tensor *all[] = {&c->q, &c->k, &c->v, &c->cu_seqlens_q, &c->seqused_k, &c->block_table, &c->alibi_slopes,
+                        &c->s_aux, &c->k_descale, &c->v_descale, &c->out, &c->lse};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) vt_tensor_release(all[i]);
+    Py_CLEAR(c->out_obj);
+    Py_CLEAR(c->lse_obj);
+}
+
+/* Pin an optional input (None -> absent, owner stays NULL). */
+static int pin(vt_module_state *st, PyObject *obj, const char *name, unsigned mask, int ndim, int flags,
+               vt_tensor *t) {
+    if (obj == NULL || obj == Py_None) return 0;
+    if (vt_tensor_from_object(st, obj, FN, name, flags, t) < 0) return -1;
+    return vt_tensor_check(t, FN, name, mask, ndim, VT_MEMORY_CPU);
+}
+
+/* Scalars first: nothing is pinned yet. */
+static int parse_scalars(attn_call *c) {
+    const vt_attn_pyargs *a = &c->a;
+    c->causal = a->causal ? PyObject_IsTrue(a->causal) : 1;
+    c->return_lse = a->return_lse ? PyObject_IsTrue(a->return_lse) : 0;
+    if (c->causal < 0 || c->return_lse < 0) return -1;
+    if (parse_opt_int(a->max_seqlen_q, "max_seqlen_q", &c->max_seqlen_q) < 0 ||
+        parse_opt_int(a->max_seqlen_k, "max_seqlen_k", &c->max_seqlen_k) < 0 ||
+        parse_float(a->softmax_scale, "softmax_scale", NAN, &c->softmax_scale) < 0 ||
+        parse_window(a->window_size, &c->window_left, &c->window_right) < 0 ||
+        parse_float(a->softcap, "softcap", 0.0, &c->softcap) < 0)
+        return -1;
+    if ((c->num_threads = vt_num_threads_arg(a->num_threads, FN)) < 0) return -1;
+    const char *kvd = "auto";
+    if (a->kv_cache_dtype && !(kvd = PyUnicode_Check(a->kv_cache_dtype) ? PyUnicode_AsUTF8(a->kv_cache_dtype) : NULL)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be a str; got %s", FN,
+                         Py_TYPE(a->kv_cache_dtype)->tp_name);
+        return -1;
+    }
+    c->kv_name = kvd;
+    vt_error e;
+    if (vt_dtype_from_name(kvd, "kv_cache_dtype", &c->kv_flag, &e) != VT_OK) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", FN, e.message);
+        return -1;
+    }
+    return 0;
+}
+
+static int pin_inputs(vt_module_state *st, attn_call *c) {
+    const vt_attn_pyargs *a = &c->a;
     const unsigned F32 = VT_ELEM_BIT(VT_ELEM_F32), I32 = VT_ELEM_BIT(VT_ELEM_I32);
-    if (pin(st, &a, T_Q, o[0], "q", VT_ELEMS_FLOAT, 3, 0) < 0 ||
-        pin(st, &a, T_K, o[1], "k", VT_ELEMS_FLOAT | VT_ELEMS_CODES, 4, VT_TENSOR_NO_CONVERT) < 0 ||
-        pin(st, &a, T_V, o[2], "v", VT_ELEMS_FLOAT | VT_ELEMS_CODES, 4, VT_TENSOR_NO_CONVERT) < 0 ||
-        pin(st, &a, T_CU, o[3], "cu_seqlens_q", I32, 1, 0) < 0 || pin(st, &a, T_SK, o[4], "seqused_k", I32, 1, 0) < 0 ||
-        pin(st, &a, T_BT, o[5], "block_table", I32, 2, 0) < 0 ||
-        pin(st, &a, T_AL, o[12], "alibi_slopes", F32, 1, 0) < 0 || pin(st, &a, T_SA, o[13], "s_aux", F32, 1, 0) < 0 ||
-        pin(st, &a, T_KD, o[14], "k_descale", F32, -1, 0) < 0 || pin(st, &a, T_VD, o[15], "v_descale", F32, -1, 0) < 0)
-        goto done;
-    vt_tensor *q = &a.t[T_Q], *k = &a.t[T_K], *v = &a.t[T_V];
-    int64_t T = q->shape[0], H = q->shape[1], D = q->shape[2];
-    int64_t NB = k->shape[0], BS = k->shape[1], HKV = k->shape[2];
-    int64_t B = a.t[T_CU].shape[0] - 1;
+    const unsigned KV = VT_ELEMS_FLOAT | VT_ELEMS_CODES;
+    return pin(st, a->q, "q", VT_ELEMS_FLOAT, 3, 0, &c->q) < 0 ||
+                   pin(st, a->k, "k", KV, 4, VT_TENSOR_NO_CONVERT, &c->k) < 0 ||
+                   pin(st, a->v, "v", KV, 4, VT_TENSOR_NO_CONVERT, &c->v) < 0 ||
+                   pin(st, a->cu_seqlens_q, "cu_seqlens_q", I32, 1, 0, &c->cu_seqlens_q) < 0 ||
+                   pin(st, a->seqused_k, "seqused_k", I32, 1, 0, &c->seqused_k) < 0 ||
+                   pin(st, a->block_table, "block_table", I32, 2, 0, &c->block_table) < 0 ||
+                   pin(st, a->alibi_slopes, "alibi_slopes", F32, 1, 0, &c->alibi_slopes) < 0 ||
+                   pin(st, a->s_aux, "s_aux", F32, 1, 0, &c->s_aux) < 0 ||
+                   pin(st, a->k_descale, "k_descale", F32, -1, 0, &c->k_descale) < 0 ||
+                   pin(st, a->v_descale, "v_descale", F32, -1, 0, &c->v_descale) < 0
+               ? -1
+               : 0;
+}
+
+static int check_shapes(attn_call *c, int64_t *ksb, int64_t *ksh, int64_t *vsb, int64_t *vsh) {
+    const vt_tensor *q = &c->q, *k = &c->k, *v = &c->v;
+    const int64_t H = q->shape[1], D = q->shape[2], HKV = k->shape[2], B = c->cu_seqlens_q.shape[0] - 1;
     char want[128];
-    /* shapes */
     for (int i = 0; i < 4; i++)
         if (v->shape[i] != k->shape[i]) {
-            snprintf(want, sizeof want, "[%lld, %lld, %lld, %lld] (k's)", (long long)NB, (long long)BS,
-                     (long long)HKV, (long long)k->shape[3]);
-            shape_err("v", want, v);
-            goto done;
+            snprintf(want, sizeof want, "[%lld, %lld, %lld, %lld] (k's)", (long long)k->shape[0],
+                     (long long)k->shape[1], (long long)HKV, (long long)k->shape[3]);
+            return vt_shape_error(FN, "v", want, v);
         }
     if (k->shape[3] != D) {
         snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld] (q's head size)", (long long)D);
-        shape_err("k", want, k);
-        goto done;
+        return vt_shape_error(FN, "k", want, k);
     }
     if (HKV < 1 || H % HKV) {
         PyErr_Format(PyExc_ValueError, "%s: q must have a head count divisible by k's num_kv_heads; got %lld and %lld",
                      FN, (long long)H, (long long)HKV);
-        goto done;
+        return -1;
     }
-    if (B < 0) {
-        shape_err("cu_seqlens_q", "[batch + 1]", &a.t[T_CU]);
-        goto done;
-    }
-    if (a.t[T_SK].shape[0] != B) {
-        snprintf(want, sizeof want, "[%lld] (batch)", (long long)B);
-        shape_err("seqused_k", want, &a.t[T_SK]);
-        goto done;
-    }
-    if (a.t[T_BT].shape[0] != B) {
-        snprintf(want, sizeof want, "[%lld, max_blocks]", (long long)B);
-        shape_err("block_table", want, &a.t[T_BT]);
-        goto done;
-    }
-    for (int i = T_AL; i <= T_SA; i++)
-        if (a.have[i] && a.t[i].shape[0] != H) {
-            snprintf(want, sizeof want, "[%lld] (num_heads)", (long long)H);
-            shape_err(i == T_AL ? "alibi_slopes" : "s_aux", want, &a.t[i]);
-            goto done;
-        }
-    int64_t ksb = 0, ksh = 0, vsb = 0, vsh = 0;
-    if (a.have[T_KD] && descale_strides(&a.t[T_KD], "k_descale", B, HKV, &ksb, &ksh) < 0) goto done;
-    if (a.have[T_VD] && descale_strides(&a.t[T_VD], "v_descale", B, HKV, &vsb, &vsh) < 0) goto done;
+    if (B < 0) return vt_shape_error(FN, "cu_seqlens_q", "[batch + 1]", &c->cu_seqlens_q);
+    snprintf(want, sizeof want, "[%lld] (batch)", (long long)B);
+    if (c->seqused_k.shape[0] != B) return vt_shape_error(FN, "seqused_k", want, &c->seqused_k);
+    snprintf(want, sizeof want, "[%lld, max_blocks]", (long long)B);
+    if (c->block_table.shape[0] != B) return vt_shape_error(FN, "block_table", want, &c->block_table);
+    snprintf(want, sizeof want, "[%lld] (num_heads)", (long long)H);
+    if (c->alibi_slopes.owner && c->alibi_slopes.shape[0] != H)
+        return vt_shape_error(FN, "alibi_slopes", want, &c->alibi_slopes);
+    if (c->s_aux.owner && c->s_aux.shape[0] != H) return vt_shape_error(FN, "s_aux", want, &c->s_aux);
+    if ((c->k_descale.owner && descale_strides(&c->k_descale, "k_descale", B, HKV, ksb, ksh) < 0) ||
+        (c->v_descale.owner && descale_strides(&c->v_descale, "v_descale", B, HKV, vsb, vsh) < 0))
+        return -1;
     if (H > INT32_MAX || D > INT32_MAX || B > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: q and cu_seqlens_q must have sizes below 2^31", FN);
-        goto done;
+        return -1;
     }
-    /* dtypes: the cache's and kv_cache_dtype must agree */
+    return 0;
+}
+
+/* The cache's dtype and kv_cache_dtype must agree: sets c->kv_dtype. */
+static int resolve_kv_dtype(attn_call *c) {
+    const vt_tensor *k = &c->k, *v = &c->v;
+    const int flag = c->kv_flag;
+    const char *kvd = c->kv_name;
     if (k->elem != v->elem) {
         PyErr_Format(PyExc_TypeError, "%s: v must have k's dtype %s; got %s", FN, k->dtype_name, v->dtype_name);
-        goto done;
+        return -1;
     }
-    int kv_dtype;
-    int codes = k->elem == VT_ELEM_U8 || k->elem == VT_ELEM_E4M3 || k->elem == VT_ELEM_E5M2;
-    if (codes) {
-        if (kv_flag < 0 || !vt_dtype_get(kv_flag)->is_fp8) {
+    if (k->elem == VT_ELEM_U8 || k->elem == VT_ELEM_E4M3 || k->elem == VT_ELEM_E5M2) {
+        if (flag < 0 || !vt_dtype_get(flag)->is_fp8) {
             PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'fp8', 'fp8_e4m3' or 'fp8_e5m2' for a cache of "
                          "%s codes (another value would read the codes as numbers); got '%s'", FN, k->dtype_name, kvd);
-            goto done;
+            return -1;
         }
-        if ((k->elem == VT_ELEM_E4M3 && kv_flag != VT_DTYPE_FP8_E4M3) ||
-            (k->elem == VT_ELEM_E5M2 && kv_flag != VT_DTYPE_FP8_E5M2)) {
+        if ((k->elem == VT_ELEM_E4M3 && flag != VT_DTYPE_FP8_E4M3) ||
+            (k->elem == VT_ELEM_E5M2 && flag != VT_DTYPE_FP8_E5M2)) {
             PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must match k's dtype %s; got '%s'", FN, k->dtype_name, kvd);
-            goto done;
+            return -1;
         }
-        kv_dtype = kv_flag;
-    } else {
-        if (kv_flag >= 0 && kv_flag != (int)k->elem) {
-            PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'auto' or k's dtype for a %s cache; got '%s' "
-                         "(an fp8 cache holds uint8 or float8 codes)", FN, k->dtype_name, kvd);
-            goto done;
-        }
-        kv_dtype = (int)k->elem;
+        c->kv_dtype = flag;
+        return 0;
     }
-    /* contiguity */
-    if (vt_tensor_contiguous_input(st, q, FN, "q") < 0 || inner_contiguous(k, "k") < 0 ||
-        inner_contiguous(v, "v") < 0)
-        goto done;
-    for (int i = T_CU; i <= T_VD; i++)
-        if (a.have[i] && vt_tensor_contiguous_input(st, &a.t[i], FN, kwlist[i == T_CU ? 3 : i == T_SK ? 4 : i == T_BT ? 5 : i - T_AL + 12]) < 0)
-            goto done;
-    /* out */
-    if (o[17] && o[17] != Py_None) {
-        if (pin(st, &a, T_OUT, o[17], "out", VT_ELEM_BIT(q->elem), 3, VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT) < 0)
-            goto done;
-        vt_tensor *ot = &a.t[T_OUT];
-        if (ot->shape[0] != T || ot->shape[1] != H || ot->shape[2] != D) {
-            snprintf(want, sizeof want, "[%lld, %lld, %lld] (q's)", (long long)T, (long long)H, (long long)D);
-            shape_err("out", want, ot);
-            goto done;
-        }
-        if (inner_contiguous(ot, "out") < 0) goto done;
-        if (vt_tensor_overlap(ot, q) || vt_tensor_overlap(ot, k) || vt_tensor_overlap(ot, v)) {
-            PyErr_Format(PyExc_ValueError, "%s: out must not overlap q, k or v", FN);
-            goto done;
-        }
-        out_obj = Py_NewRef(o[17]);
-    } else {
-        out_obj = new_zeros(st, 3, q->shape, q->elem);
-        if (!out_obj || vt_tensor_from_object(st, out_obj, FN, "out", VT_TENSOR_WRITABLE, &a.t[T_OUT]) < 0) goto done;
-        a.have[T_OUT] = 1;
+    if (flag >= 0 && flag != (int)k->elem) {
+        PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'auto' or k's dtype for a %s cache; got '%s' "
+                     "(an fp8 cache holds uint8 or float8 codes)", FN, k->dtype_name, kvd);
+        return -1;
     }
-    if (return_lse) {
-        int64_t ls[2] = {H, T};
-        lse_obj = new_zeros(st, 2, ls, VT_ELEM_F32);
-        if (!lse_obj || vt_tensor_from_object(st, lse_obj, FN, "lse", VT_TENSOR_WRITABLE, &a.t[T_LSE]) < 0) goto done;
-        a.have[T_LSE] = 1;
-    }
+    c->kv_dtype = (int)k->elem;
+    return 0;
+}
 
-    vt_attn_params p;
-    memset(&p, 0, sizeof p);
-    p.q = q->data;
-    p.q_dtype = (vt_dtype)q->elem;
-    p.total_q = T;
-    p.q_stride_tok = q->strides[0];
-    p.q_stride_head = q->strides[1];
-    p.k = k->data;
-    p.v = v->data;
-    p.kv_dtype = (vt_dtype)kv_dtype;
-    p.num_blocks = NB;
-    p.block_size = BS;
-    p.k_stride_block = k->strides[0], p.k_stride_tok = k->strides[1], p.k_stride_head = k->strides[2];
-    p.v_stride_block = v->strides[0], p.v_stride_tok = v->strides[1], p.v_stride_head = v->strides[2];
-    p.num_heads = (int)H;
-    p.num_kv_heads = (int)HKV;
-    p.head_size = (int)D;
-    p.batch = (int)B;
-    p.cu_seqlens_q = a.t[T_CU].data;
-    p.seqused_k = a.t[T_SK].data;
-    p.block_table = a.t[T_BT].data;
-    p.max_blocks = a.t[T_BT].shape[1];
-    p.bt_stride = a.t[T_BT].shape[1];
-    p.softmax_scale = (float)(o[8] == NULL || o[8] == Py_None ? 1.0 / sqrt((double)D) : scale);
-    p.causal = causal;
-    p.window_left = wl;
-    p.window_right = wr;
-    p.softcap = (float)cap;
-    p.alibi_slopes = a.have[T_AL] ? a.t[T_AL].data : NULL;
-    p.s_aux = a.have[T_SA] ? a.t[T_SA].data : NULL;
-    p.k_descale = a.have[T_KD] ? a.t[T_KD].data : NULL;
-    p.v_descale = a.have[T_VD] ? a.t[T_VD].data : NULL;
-    p.k_descale_stride_b = ksb, p.k_descale_stride_h = ksh;
-    p.v_descale_stride_b = vsb, p.v_descale_stride_h = vsh;
-    p.out = a.t[T_OUT].data;
-    p.out_stride_tok = a.t[T_OUT].strides[0];
-    p.out_stride_head = a.t[T_OUT].strides[1];
-    if (return_lse) {
-        p.lse = a.t[T_LSE].data;
-        p.lse_stride_head = T;
-        p.lse_stride_tok = 1;
+static int check_contiguity(vt_module_state *st, attn_call *c) {
+    if (vt_tensor_contiguous_input(st, &c->q, FN, "q") < 0 || inner_contiguous(&c->k, "k") < 0 ||
+        inner_contiguous(&c->v, "v") < 0)
+        return -1;
+    struct { vt_tensor *t; const char *name; } small[] = {
+        {&c->cu_seqlens_q, "cu_seqlens_q"}, {&c->seqused_k, "seqused_k"}, {&c->block_table, "block_table"},
+        {&c->alibi_slopes, "alibi_slopes"}, {&c->s_aux, "s_aux"}, {&c->k_descale, "k_descale"},
+        {&c->v_descale, "v_descale"}};
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+        if (small[i].t->owner && vt_tensor_contiguous_input(st, small[i].t, FN, small[i].name) < 0) return -1;
+    return 0;
+}
+
+/* out (given: checked, never sharing an element with q, k or v; else
+ * zeros) and lse when asked for. */
+static int prepare_outputs(vt_module_state *st, attn_call *c) {
+    const vt_tensor *q = &c->q;
+    PyObject *given = c->a.out;
+    if (given && given != Py_None) {
+        if (pin(st, given, "out", VT_ELEM_BIT(q->elem), 3, VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &c->out) < 0)
+            return -1;
+        if (c->out.shape[0] != q->shape[0] || c->out.shape[1] != q->shape[1] || c->out.shape[2] != q->shape[2]) {
+            char want[96];
+            snprintf(want, sizeof want, "[%lld, %lld, %lld] (q's)", (long long)q->shape[0], (long long)q->shape[1],
+                     (long long)q->shape[2]);
+            return vt_shape_error(FN, "out", want, &c->out);
+        }
+        if (inner_contiguous(&c->out, "out") < 0 || vt_refuse_shared(FN, q, "q", &c->out, "out") < 0 ||
+            vt_refuse_shared(FN, &c->k, "k", &c->out, "out") < 0 || vt_refuse_shared(FN, &c->v, "v", &c->out, "out") < 0)
+            return -1;
+        c->out_obj = Py_NewRef(given);
+    } else {
+        c->out_obj = new_zeros(st, 3, q->shape, q->elem);
+        if (!c->out_obj || vt_tensor_from_object(st, c->out_obj, FN, "out", VT_TENSOR_WRITABLE, &c->out) < 0)
+            return -1;
     }
+    if (c->return_lse) {
+        int64_t ls[2] = {q->shape[1], q->shape[0]};
+        c->lse_obj = new_zeros(st, 2, ls, VT_ELEM_F32);
+        if (!c->lse_obj || vt_tensor_from_object(st, c->lse_obj, FN, "lse", VT_TENSOR_WRITABLE, &c->lse) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void fill_params(const attn_call *c, vt_attn_params *p) {
+    const vt_tensor *q = &c->q, *k = &c->k, *v = &c->v;
+    memset(p, 0, sizeof *p);
+    p->q = q->data;
+    p->q_dtype = (vt_dtype)q->elem;
+    p->total_q = q->shape[0];
+    p->q_stride_tok = q->strides[0], p->q_stride_head = q->strides[1];
+    p->k = k->data;
+    p->v = v->data;
+    p->kv_dtype = (vt_dtype)c->kv_dtype;
+    p->num_blocks = k->shape[0];
+    p->block_size = k->shape[1];
+    p->k_stride_block = k->strides[0], p->k_stride_tok = k->strides[1], p->k_stride_head = k->strides[2];
+    p->v_stride_block = v->strides[0], p->v_stride_tok = v->strides[1], p->v_stride_head = v->strides[2];
+    p->num_heads = (int)q->shape[1];
+    p->num_kv_heads = (int)k->shape[2];
+    p->head_size = (int)q->shape[2];
+    p->batch = (int)(c->cu_seqlens_q.shape[0] - 1);
+    p->cu_seqlens_q = c->cu_seqlens_q.data;
+    p->seqused_k = c->seqused_k.data;
+    p->block_table = c->block_table.data;
+    p->max_blocks = p->bt_stride = c->block_table.shape[1];
+    p->softmax_scale = (float)(c->a.softmax_scale && c->a.softmax_scale != Py_None ? c->softmax_scale
+                                                                              : 1.0 / sqrt((double)q->shape[2]));
+    p->causal = c->causal;
+    p->window_left = c->window_left, p->window_right = c->window_right;
+    p->softcap = (float)c->softcap;
+    p->alibi_slopes = c->alibi_slopes.owner ? c->alibi_slopes.data : NULL;
+    p->s_aux = c->s_aux.owner ? c->s_aux.data : NULL;
+    p->k_descale = c->k_descale.owner ? c->k_descale.data : NULL;
+    p->v_descale = c->v_descale.owner ? c->v_descale.data : NULL;
+    p->out = c->out.data;
+    p->out_stride_tok = c->out.strides[0], p->out_stride_head = c->out.strides[1];
+    if (c->return_lse) {
+        p->lse = c->lse.data;
+        p->lse_stride_head = q->shape[0];
+        p->lse_stride_tok = 1;
+    }
+}
+
+/* max_seqlen_*: FlashAttention sizes its grid from them; a value below the
+ * real maximum would be a caller's bug, so it is refused. */
+static int check_max_seqlen(const attn_call *c, const vt_attn_params *p) {
+    long long mq = 0, mk = 0;
+    for (int b = 0; b < p->batch; b++) {
+        if (p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b] > mq) mq = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
+        if (p->seqused_k[b] > mk) mk = p->seqused_k[b];
+    }
+    if (c->max_seqlen_q >= 0 && c->max_seqlen_q < mq) {
+        PyErr_Format(PyExc_ValueError, "%s: max_seqlen_q must be >= the longest query run %lld; got %lld", FN, mq,
+                     c->max_seqlen_q);
+        return -1;
+    }
+    if (c->max_seqlen_k >= 0 && c->max_seqlen_k < mk) {
+        PyErr_Format(PyExc_ValueError, "%s: max_seqlen_k must be >= the largest seqused_k %lld; got %lld", FN, mk,
+                     c->max_seqlen_k);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_kernel(vt_module_state *st, const attn_call *c, const vt_attn_params *p) {
     vt_error err;
     size_t bytes;
-    if (vt_attn_scratch_size(&p, nth, &bytes, &err) != VT_OK) {
+    if (vt_attn_scratch_size(p, c->num_threads, &bytes, &err) != VT_OK) {
         vt_raise(st, &err);
-        goto done;
+        return -1;
     }
-    /* max_seqlen_*: FlashAttention sizes its grid from them; a value below
-     * the real maximum would be a caller's bug, so it is refused. */
-    {
-        long long mq = 0, mk = 0;
-        const int32_t *cu = p.cu_seqlens_q, *sk = p.seqused_k;
-        for (int b = 0; b < p.batch; b++) {
-            if (cu[b + 1] - cu[b] > mq) mq = cu[b + 1] - cu[b];
-            if (sk[b] > mk) mk = sk[b];
-        }
-        if (msq >= 0 && msq < mq) {
-            PyErr_Format(PyExc_ValueError, "%s: max_seqlen_q must be >= the longest query run %lld; got %lld", FN, mq, msq);
-            goto done;
-        }
-        if (msk >= 0 && msk < mk) {
-            PyErr_Format(PyExc_ValueError, "%s: max_seqlen_k must be >= the largest seqused_k %lld; got %lld", FN, mk, msk);
-            goto done;
-        }
-    }
-    scratch = PyMem_RawMalloc(bytes ? bytes : 1);
+    if (check_max_seqlen(c, p) < 0) return -1;
+    void *scratch = PyMem_RawMalloc(bytes ? bytes : 1);
     if (!scratch) {
         PyErr_Format(PyExc_MemoryError, "%s: scratch of %zu bytes could not be allocated", FN, bytes);
-        goto done;
+        return -1;
     }
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = vt_attn_varlen(&p, scratch, bytes, nth, &err);
+    s = vt_attn_varlen(p, scratch, bytes, c->num_threads, &err);
     Py_END_ALLOW_THREADS
+    PyMem_RawFree(scratch);
     if (s != VT_OK) {
         vt_raise(st, &err);
-        goto done;
+        return -1;
     }
-    result = return_lse ? PyTuple_Pack(2, out_obj, lse_obj) : Py_NewRef(out_obj);
+    return 0;
+}
+
+static PyObject *py_flash_attn(PyObject *m, PyObject *args, PyObject *kw) {
+    vt_module_state *st = vt_state(m);
+    attn_call c;
+    memset(&c, 0, sizeof c);
+    if (vt_attn_pyargs_parse(args, kw, &c.a) < 0 || parse_scalars(&c) < 0) return NULL;
+    PyObject *result = NULL;
+    int64_t ksb = 0, ksh = 0, vsb = 0, vsh = 0;
+    if (pin_inputs(st, &c) < 0 || check_shapes(&c, &ksb, &ksh, &vsb, &vsh) < 0 || resolve_kv_dtype(&c) < 0 ||
+        check_contiguity(st, &c) < 0 || prepare_outputs(st, &c) < 0)
+        goto done;
+    vt_attn_params p;
+    fill_params(&c, &p);
+    p.k_descale_stride_b = ksb, p.k_descale_stride_h = ksh;
+    p.v_descale_stride_b = vsb, p.v_descale_stride_h = vsh;
+    if (run_kernel(st, &c, &p) < 0) goto done;
+    result = c.return_lse ? PyTuple_Pack(2, c.out_obj, c.lse_obj) : Py_NewRef(c.out_obj);
 done:
-    PyMem_RawFree(scratch);
-    release_all(&a);
-    Py_XDECREF(out_obj);
-    Py_XDECREF(lse_obj);
+    call_release(&c);
     return result;
 }
 
+static char attn_doc[1024];
+
 static PyMethodDef attention_methods[] = {
-    {"flash_attn_varlen_func", (PyCFunction)(void (*)(void))py_flash_attn, METH_VARARGS | METH_KEYWORDS,
-     "flash_attn_varlen_func($module, /, q, k, v, *, cu_seqlens_q, seqused_k, block_table, max_seqlen_q=None, "
-     "max_seqlen_k=None, softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, "
-     "s_aux=None, k_descale=None, v_descale=None, kv_cache_dtype='auto', out=None, return_lse=False, "
-     "num_threads=None)\n--\n\n"
-     "Paged attention over block tables with vLLM's FlashAttention-backend meaning."},
+    {"flash_attn_varlen_func", (PyCFunction)(void (*)(void))py_flash_attn, METH_VARARGS | METH_KEYWORDS, attn_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int vt_attention_exec(PyObject *m, vt_module_state *st) {
     (void)st;
+    vt_signature_doc(vt_attn_signature(), "Paged attention over block tables with vLLM's FlashAttention-backend "
+                     "meaning.", attn_doc, sizeof attn_doc);
     return PyModule_AddFunctions(m, attention_methods);
 }

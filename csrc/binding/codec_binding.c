@@ -118,7 +118,7 @@ static PyObject *prepare_out(vt_module_state *st, PyObject *out_obj, const vt_te
     }
     if (vt_tensor_from_object(st, out_obj, fn, "out", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, out) < 0)
         return NULL;
-    if (vt_tensor_check(out, fn, "out", mask, in->ndim) < 0) goto fail;
+    if (vt_tensor_check(out, fn, "out", mask, in->ndim, VT_MEMORY_CPU) < 0) goto fail;
     for (int i = 0; i < in->ndim; i++)
         if (out->shape[i] != in->shape[i]) {
             PyErr_Format(PyExc_ValueError, "%s: out must have the input's shape; dimension %d is %lld, not %lld", fn,
@@ -129,7 +129,7 @@ static PyObject *prepare_out(vt_module_state *st, PyObject *out_obj, const vt_te
         PyErr_Format(PyExc_ValueError, "%s: out must be C-contiguous", fn);
         goto fail;
     }
-    if (vt_tensor_overlap(in, out)) {
+    if (vt_tensor_share_elements(in, out)) {
         PyErr_Format(PyExc_ValueError, "%s: out must not overlap the input", fn);
         goto fail;
     }
@@ -163,7 +163,7 @@ static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor x, out;
     if (vt_tensor_from_object(st, x_obj, fn, "x", 0, &x) < 0) return NULL;
-    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
+    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
         vt_tensor_release(&x);
         return NULL;
     }
@@ -198,7 +198,7 @@ static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor c, out;
     if (vt_tensor_from_object(st, c_obj, fn, "codes", 0, &c) < 0) return NULL;
-    if (vt_tensor_check(&c, fn, "codes", VT_ELEMS_CODES, -1) < 0 ||
+    if (vt_tensor_check(&c, fn, "codes", VT_ELEMS_CODES, -1, VT_MEMORY_CPU) < 0 ||
         vt_tensor_contiguous_input(st, &c, fn, "codes") < 0)
         goto fail_c;
     int implied = c.elem == VT_ELEM_E4M3 ? VT_DTYPE_FP8_E4M3 : c.elem == VT_ELEM_E5M2 ? VT_DTYPE_FP8_E5M2 : -1;
@@ -234,7 +234,7 @@ static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor x, out;
     if (vt_tensor_from_object(st, x_obj, fn, "x", 0, &x) < 0) return NULL;
-    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
+    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
         vt_tensor_release(&x);
         return NULL;
     }

@@ -142,7 +142,7 @@ static PyObject *py_bench_copy(PyObject *m, PyObject *args) {
     }
     int64_t dn = vt_tensor_numel(&d, "_bench_copy", "dst"), sn = vt_tensor_numel(&s, "_bench_copy", "src");
     if (dn < 0 || sn < 0 || !vt_tensor_is_contiguous(&d) || !vt_tensor_is_contiguous(&s) ||
-        (size_t)dn * d.itemsize < (size_t)sn * s.itemsize || vt_tensor_overlap(&d, &s)) {
+        (size_t)dn * d.itemsize < (size_t)sn * s.itemsize || vt_tensor_share_elements(&d, &s)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "_bench_copy: dst and src must be contiguous, disjoint, dst large enough");
         vt_tensor_release(&d);

@@ -506,9 +506,9 @@ static int pin_kv_inputs(vt_module_state *st, const char *fn, PyObject *k_obj, P
     if (vt_tensor_from_object(st, k_obj, fn, "key", 0, &in->key) < 0) return -1;
     if (vt_tensor_from_object(st, v_obj, fn, "value", 0, &in->value) < 0) goto fail;
     if (vt_tensor_from_object(st, s_obj, fn, "slot_mapping", 0, &in->slots) < 0) goto fail;
-    if (vt_tensor_check(&in->key, fn, "key", VT_ELEMS_FLOAT, 3) < 0 ||
-        vt_tensor_check(&in->value, fn, "value", VT_ELEMS_FLOAT, 3) < 0 ||
-        vt_tensor_check(&in->slots, fn, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), 1) < 0)
+    if (vt_tensor_check(&in->key, fn, "key", VT_ELEMS_FLOAT, 3, VT_MEMORY_CPU) < 0 ||
+        vt_tensor_check(&in->value, fn, "value", VT_ELEMS_FLOAT, 3, VT_MEMORY_CPU) < 0 ||
+        vt_tensor_check(&in->slots, fn, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), 1, VT_MEMORY_CPU) < 0)
         goto fail;
     if (in->key.elem != in->value.elem) {
         PyErr_Format(PyExc_TypeError, "%s: value must have key's dtype %s; got %s", fn, in->key.dtype_name,
@@ -546,6 +546,32 @@ fail:
     return -1;
 }
 
+/* The layer's K or V storage as a flat byte tensor, for the overlap test. */
+static void layer_region(const KVCacheObject *self, int64_t layer, int which, vt_tensor *t) {
+    memset(t, 0, sizeof *t);
+    t->data = vt_kv_cache_layer_data(self->c, layer, which);
+    t->elem = VT_ELEM_U8;
+    t->itemsize = 1;
+    t->ndim = 1;
+    t->shape[0] = (int64_t)self->c->kv_bytes;
+    t->strides[0] = 1;
+}
+
+/* An input that is a view into the layer it is stored into is refused. */
+static int refuse_inputs_in_layer(const KVCacheObject *self, const char *fn, int64_t layer, const kv_inputs *in) {
+    vt_tensor kr, vr;
+    layer_region(self, layer, 0, &kr);
+    layer_region(self, layer, 1, &vr);
+    return vt_refuse_shared(fn, &in->key, "key", &kr, "the layer's key cache") < 0 ||
+                   vt_refuse_shared(fn, &in->key, "key", &vr, "the layer's value cache") < 0 ||
+                   vt_refuse_shared(fn, &in->value, "value", &kr, "the layer's key cache") < 0 ||
+                   vt_refuse_shared(fn, &in->value, "value", &vr, "the layer's value cache") < 0 ||
+                   vt_refuse_shared(fn, &in->slots, "slot_mapping", &kr, "the layer's key cache") < 0 ||
+                   vt_refuse_shared(fn, &in->slots, "slot_mapping", &vr, "the layer's value cache") < 0
+               ? -1
+               : 0;
+}
+
 static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
     static const char fn[] = "PagedKVCache.store";
     static char *kwlist[] = {"layer", "key", "value", "slot_mapping", "num_threads", NULL};
@@ -562,6 +588,10 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
     kv_inputs in;
     if (pin_kv_inputs(st, fn, k_obj, v_obj, s_obj, self->c->cfg.num_kv_heads, self->c->cfg.head_size, &in) < 0)
         return NULL;
+    if (refuse_inputs_in_layer(self, fn, layer, &in) < 0) {
+        kv_inputs_release(&in);
+        return NULL;
+    }
     vt_error err;
     vt_status s;
     self->exports++; /* a concurrent release() must wait for the kernel */
@@ -585,8 +615,14 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OO:gather", kwlist, &layer_obj, &s_obj)) return NULL;
     int64_t layer;
     if (kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
-    PyObject *sl = PyArray_FromAny(s_obj, NULL, 0, 1, 0, NULL);
+    PyObject *sl = PyArray_FromAny(s_obj, NULL, 0, 0, 0, NULL);
     if (!sl) return NULL;
+    if (PyArray_NDIM((PyArrayObject *)sl) != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: slots must have 1 dimensions; got %d", fn,
+                     PyArray_NDIM((PyArrayObject *)sl));
+        Py_DECREF(sl);
+        return NULL;
+    }
     if (!PyArray_ISINTEGER((PyArrayObject *)sl)) {
         PyErr_Format(PyExc_TypeError, "%s: slots must be integers; got %S", fn,
                      (PyObject *)PyArray_DESCR((PyArrayObject *)sl));
@@ -861,8 +897,8 @@ static PyObject *store_common(PyObject *m, PyObject *args, PyObject *kw, int xsp
     if (vt_tensor_from_object(st, vc_obj, fn, "value_cache", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &vc) < 0)
         goto fail;
     const unsigned cache_mask = VT_ELEMS_FLOAT | VT_ELEMS_CODES;
-    if (vt_tensor_check(&kc, fn, "key_cache", cache_mask, xsplit ? 5 : 4) < 0 ||
-        vt_tensor_check(&vc, fn, "value_cache", cache_mask, 4) < 0)
+    if (vt_tensor_check(&kc, fn, "key_cache", cache_mask, xsplit ? 5 : 4, VT_MEMORY_CPU) < 0 ||
+        vt_tensor_check(&vc, fn, "value_cache", cache_mask, 4, VT_MEMORY_CPU) < 0)
         goto fail;
     vt_kv_store_params p;
     memset(&p, 0, sizeof p);
@@ -937,10 +973,16 @@ static PyObject *store_common(PyObject *m, PyObject *args, PyObject *kw, int xsp
         p.key_cache = (vt_kv_dst){kc.data, kc.strides[0], kc.strides[3], kc.strides[1], kc.strides[2], kc.shape[4]};
         p.value_cache = (vt_kv_dst){vc.data, vc.strides[0], vc.strides[3], vc.strides[1], vc.strides[2], 1};
     }
-    if (vt_tensor_overlap(&kc, &vc)) {
-        PyErr_Format(PyExc_ValueError, "%s: key_cache and value_cache must not overlap", fn);
+    /* Overlap means shared elements: K/V views of one allocation
+     * (kv[:, 0], kv[:, 1]) are fine; an input inside a destination is not. */
+    if (vt_refuse_shared(fn, &kc, "key_cache", &vc, "value_cache") < 0 ||
+        vt_refuse_shared(fn, &in.key, "key", &kc, "key_cache") < 0 ||
+        vt_refuse_shared(fn, &in.key, "key", &vc, "value_cache") < 0 ||
+        vt_refuse_shared(fn, &in.value, "value", &kc, "key_cache") < 0 ||
+        vt_refuse_shared(fn, &in.value, "value", &vc, "value_cache") < 0 ||
+        vt_refuse_shared(fn, &in.slots, "slot_mapping", &kc, "key_cache") < 0 ||
+        vt_refuse_shared(fn, &in.slots, "slot_mapping", &vc, "value_cache") < 0)
         goto fail;
-    }
     p.fn = fn;
     p.key = in.key.data;
     p.value = in.value.data;

@@ -40,11 +40,28 @@ _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
+class DLVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DELETER_V = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+DLManagedTensorVersioned._fields_ = [("version", DLVersion), ("manager_ctx", ctypes.c_void_p),
+                                     ("deleter", DELETER_V), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+
 class FakeTensor:
     """Exports `shape` (and optional element `strides`) of a DLPack dtype
-    over a 64-byte buffer. `deleted` counts deleter calls."""
+    over a 64-byte buffer. `deleted` counts deleter calls. Hostile fields
+    on request: `lanes`, `byte_offset`, `null_data`, `ndim` (overrides
+    len(shape)), `null_shape`; `versioned` exports a DLPack 1.x capsule
+    ("dltensor_versioned", `read_only` sets its flag, `major` its version)."""
 
-    def __init__(self, shape, code=2, bits=32, strides=None, device_type=1):
+    def __init__(self, shape, code=2, bits=32, strides=None, device_type=1, *, lanes=1, byte_offset=0,
+                 null_data=False, ndim=None, null_shape=False, versioned=False, read_only=False, major=1):
         self.buffer = ctypes.create_string_buffer(64)
         self.shape = (ctypes.c_int64 * len(shape))(*shape)
         self.strides = (ctypes.c_int64 * len(shape))(*strides) if strides is not None else None
@@ -52,19 +69,29 @@ class FakeTensor:
         self._deleter = DELETER(self._on_delete)
         self.managed = DLManagedTensor()
         t = self.managed.dl_tensor
-        t.data = ctypes.cast(self.buffer, ctypes.c_void_p)
+        t.data = None if null_data else ctypes.cast(self.buffer, ctypes.c_void_p)
         t.device = DLDevice(device_type, 0)
-        t.ndim = len(shape)
-        t.dtype = DLDataType(code, bits, 1)
-        t.shape = self.shape
+        t.ndim = len(shape) if ndim is None else ndim
+        t.dtype = DLDataType(code, bits, lanes)
+        t.shape = None if null_shape else self.shape
         t.strides = self.strides if self.strides is not None else None
-        t.byte_offset = 0
+        t.byte_offset = byte_offset
         self.managed.deleter = self._deleter
+        self.versioned = versioned
+        if versioned:
+            self._deleter_v = DELETER_V(self._on_delete)
+            self.managed_v = DLManagedTensorVersioned()
+            self.managed_v.version = DLVersion(major, 0)
+            self.managed_v.deleter = self._deleter_v
+            self.managed_v.flags = 1 if read_only else 0
+            self.managed_v.dl_tensor = t
 
     def _on_delete(self, _ptr):
         self.deleted += 1
 
     def __dlpack__(self, *, stream=None, max_version=None):
+        if self.versioned:
+            return _PyCapsule_New(ctypes.addressof(self.managed_v), b"dltensor_versioned", None)
         return _PyCapsule_New(ctypes.addressof(self.managed), b"dltensor", None)
 
     def __dlpack_device__(self):

@@ -1,0 +1,227 @@
+/* vt_tensor without an interpreter: DLPack validation, byte extents,
+ * contiguity and the exact shared-element test (vt_tensor.h). C11, no
+ * Python.h: tests/fuzz/fuzz_dlpack.c drives vt_dl_describe directly. */
+#include "vt_tensor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *vt_elem_name(vt_elem e) {
+    const vt_dtype_info *d = (int)e < VT_DTYPE_COUNT ? vt_dtype_get((int)e) : NULL;
+    if (d) return d->numpy_name;
+    switch (e) {
+    case VT_ELEM_U8: return "uint8";
+    case VT_ELEM_I32: return "int32";
+    case VT_ELEM_I64: return "int64";
+    case VT_ELEM_F64: return "float64";
+    default: return "other";
+    }
+}
+
+vt_elem vt_elem_from_dl(vt_dl_dtype d) {
+    if (d.lanes != 1) return VT_ELEM_OTHER;
+    switch (d.code * 256 + d.bits) {
+    case VT_DL_FLOAT * 256 + 32: return VT_ELEM_F32;
+    case VT_DL_FLOAT * 256 + 16: return VT_ELEM_F16;
+    case VT_DL_FLOAT * 256 + 64: return VT_ELEM_F64;
+    case VT_DL_BFLOAT * 256 + 16: return VT_ELEM_BF16;
+    case VT_DL_UINT * 256 + 8: return VT_ELEM_U8;
+    case VT_DL_INT * 256 + 32: return VT_ELEM_I32;
+    case VT_DL_INT * 256 + 64: return VT_ELEM_I64;
+    case VT_DL_FLOAT8_E4M3FN * 256 + 8: return VT_ELEM_E4M3;
+    case VT_DL_FLOAT8_E5M2 * 256 + 8: return VT_ELEM_E5M2;
+    default: return VT_ELEM_OTHER;
+    }
+}
+
+/* Highest user-space address any 64-bit platform vtinfer runs on hands
+ * out (x86-64 with 5-level paging: 2^56; arm64: 2^52); an end beyond it
+ * comes from a corrupt byte_offset or pointer, not from memory. */
+#if UINTPTR_MAX > 0xffffffffu
+#define VT_ADDRESS_LIMIT ((uintptr_t)1 << 57)
+#else
+#define VT_ADDRESS_LIMIT UINTPTR_MAX
+#endif
+
+#define FAIL(...) (snprintf(msg, msg_size, __VA_ARGS__), -1)
+
+/* Byte strides, element count and byte extent [lo, hi) of dl's shape
+ * relative to the first element; 0 or -1 (msg). */
+static int dl_geometry(const vt_dl_tensor *dl, vt_tensor *t, int *empty, int64_t *lo_out, int64_t *hi_out, char *msg,
+                       size_t msg_size) {
+    const int64_t es = (int64_t)t->itemsize;
+    int64_t compact = 1, count = 1, lo = 0, hi = 0;
+    *empty = 0;
+    for (int i = 0; i < dl->ndim; i++) {
+        if (dl->shape[i] < 0) return FAIL("must have sizes >= 0; got shape[%d] = %lld", i, (long long)dl->shape[i]);
+        if (dl->shape[i] == 0) *empty = 1;
+    }
+    for (int i = dl->ndim - 1; i >= 0; i--) {
+        const int64_t dim = dl->shape[i];
+        int64_t stride = dl->strides ? dl->strides[i] : compact, bytes, span;
+        if (__builtin_mul_overflow(stride, es, &bytes) ||
+            (!dl->strides && __builtin_mul_overflow(compact, dim > 0 ? dim : 1, &compact)) ||
+            __builtin_mul_overflow(count, dim, &count))
+            return FAIL("must have a shape and strides whose byte sizes fit in 64 bits");
+        t->shape[i] = dim;
+        t->strides[i] = bytes;
+        if (*empty) continue;
+        if (__builtin_mul_overflow(dim - 1, bytes, &span) ||
+            (span < 0 ? __builtin_add_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi)))
+            return FAIL("must have a shape and strides whose byte sizes fit in 64 bits");
+    }
+    if (!*empty && (__builtin_add_overflow(hi, es, &hi) || __builtin_mul_overflow(count, es, &count)))
+        return FAIL("must have a shape and strides whose byte sizes fit in 64 bits");
+    *lo_out = *empty ? 0 : lo;
+    *hi_out = *empty ? 0 : hi;
+    return 0;
+}
+
+int vt_dl_describe(const vt_dl_tensor *dl, int readonly, vt_tensor *t, char *msg, size_t msg_size) {
+    memset(t, 0, sizeof *t);
+    if (dl->ndim < 0 || dl->ndim > VT_MAX_DIMS)
+        return FAIL("must have at most %d dimensions; got %d", VT_MAX_DIMS, (int)dl->ndim);
+    if (dl->ndim > 0 && !dl->shape) return FAIL("must describe its shape; got a NULL shape pointer");
+    if (dl->dtype.lanes != 1) return FAIL("must have one lane per element; got lanes = %u", (unsigned)dl->dtype.lanes);
+    if (dl->dtype.bits == 0 || dl->dtype.bits % 8)
+        return FAIL("must have whole bytes per element; got %u bits", (unsigned)dl->dtype.bits);
+    if (dl->byte_offset > (uint64_t)INT64_MAX)
+        return FAIL("must have a byte_offset below 2^63; got %llu", (unsigned long long)dl->byte_offset);
+    t->itemsize = dl->dtype.bits / 8u;
+    t->elem = vt_elem_from_dl(dl->dtype);
+    t->ndim = dl->ndim;
+    int empty;
+    int64_t lo, hi;
+    if (dl_geometry(dl, t, &empty, &lo, &hi, msg, msg_size) < 0) return -1;
+    if (!empty) {
+        /* data + byte_offset + [lo, hi) must lie inside the address space. */
+        const uintptr_t base = (uintptr_t)dl->data;
+        uintptr_t first;
+        if (!dl->data) return FAIL("must have a data pointer; got NULL for a tensor with elements");
+        if (__builtin_add_overflow(base, (uintptr_t)dl->byte_offset, &first) || (uintptr_t)0 - (uintptr_t)lo > first ||
+            (uintptr_t)hi > VT_ADDRESS_LIMIT || first > VT_ADDRESS_LIMIT - (uintptr_t)hi)
+            return FAIL("must lie inside the address space (below 2^57); got data %p + byte_offset %llu beyond it", dl->data,
+                        (unsigned long long)dl->byte_offset);
+        t->data = (void *)first;
+    } else {
+        t->data = dl->data; /* no element is ever read: the offset does not matter */
+    }
+    t->readonly = readonly;
+    t->device_type = dl->device.device_type;
+    t->device_id = dl->device.device_id;
+    if (t->elem == VT_ELEM_OTHER)
+        snprintf(t->dtype_name, sizeof t->dtype_name, "DLPack(code=%u, bits=%u, lanes=%u)", dl->dtype.code,
+                 dl->dtype.bits, dl->dtype.lanes);
+    else
+        snprintf(t->dtype_name, sizeof t->dtype_name, "%s", vt_elem_name(t->elem));
+    return 0;
+}
+
+void vt_tensor_extent(const vt_tensor *t, int64_t *lo, int64_t *hi) {
+    *lo = 0, *hi = (int64_t)t->itemsize;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) {
+            *lo = *hi = 0;
+            return;
+        }
+        int64_t span = (t->shape[i] - 1) * t->strides[i];
+        if (span < 0) *lo += span;
+        else *hi += span;
+    }
+}
+
+int64_t vt_tensor_count(const vt_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+int vt_tensor_is_contiguous(const vt_tensor *t) {
+    int64_t expect = (int64_t)t->itemsize;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect) return 0;
+        expect *= t->shape[i];
+    }
+    return 1;
+}
+
+int vt_tensor_last_dim_contiguous(const vt_tensor *t) {
+    return t->ndim == 0 || t->shape[t->ndim - 1] <= 1 || t->strides[t->ndim - 1] == (int64_t)t->itemsize;
+}
+
+/* ---- shared elements ----
+ *
+ * A box is a strided set of elements: base + sum_k i_k * stride_k for
+ * 0 <= i_k < n_k, each element `itemsize` bytes, with strides made
+ * positive and size-1 / stride-0 dims dropped. Two boxes share a byte iff
+ * their extents intersect and, after splitting the wider one in two along
+ * its widest dim, one of the halves shares a byte with the other box; two
+ * single elements share a byte iff their extents intersect. */
+typedef struct box {
+    int64_t base, itemsize;
+    int nd;
+    int64_t n[VT_MAX_DIMS], s[VT_MAX_DIMS];
+} box;
+
+static int64_t box_hi(const box *b) {
+    int64_t hi = b->base + b->itemsize;
+    for (int i = 0; i < b->nd; i++) hi += (b->n[i] - 1) * b->s[i];
+    return hi;
+}
+
+/* 0: disjoint, 1: share a byte, 2: budget exhausted (treated as 1). */
+static int box_share(const box *a, const box *b, int64_t *budget) {
+    const int64_t ahi = box_hi(a), bhi = box_hi(b);
+    if (ahi <= b->base || bhi <= a->base) return 0;
+    if (a->nd == 0 && b->nd == 0) return 1;
+    if (--*budget < 0) return 2;
+    /* split the box with the wider extent (one with dims left) along its widest dim */
+    const box *w = (b->nd == 0 || (a->nd > 0 && ahi - a->base >= bhi - b->base)) ? a : b;
+    const box *other = w == a ? b : a;
+    int k = 0;
+    for (int i = 1; i < w->nd; i++)
+        if ((w->n[i] - 1) * w->s[i] > (w->n[k] - 1) * w->s[k]) k = i;
+    box lo = *w, hi = *w;
+    const int64_t half = w->n[k] / 2;
+    lo.n[k] = half;
+    hi.n[k] = w->n[k] - half;
+    hi.base += half * w->s[k];
+    box *parts[2] = {&lo, &hi};
+    for (int p = 0; p < 2; p++) {
+        box *x = parts[p];
+        if (x->n[k] == 1) { /* drop the dim */
+            x->n[k] = x->n[x->nd - 1];
+            x->s[k] = x->s[x->nd - 1];
+            x->nd--;
+        }
+        int r = box_share(x, other, budget);
+        if (r) return r;
+    }
+    return 0;
+}
+
+static void box_from(const vt_tensor *t, int64_t base, box *b) {
+    b->base = base;
+    b->itemsize = (int64_t)t->itemsize;
+    b->nd = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t n = t->shape[i], s = t->strides[i];
+        if (n <= 1 || s == 0) continue;
+        if (s < 0) {
+            b->base += (n - 1) * s;
+            s = -s;
+        }
+        b->n[b->nd] = n;
+        b->s[b->nd++] = s;
+    }
+}
+
+int vt_tensor_share_elements(const vt_tensor *a, const vt_tensor *b) {
+    if (vt_tensor_count(a) == 0 || vt_tensor_count(b) == 0) return 0;
+    if (!a->data || !b->data) return 0;
+    box x, y;
+    box_from(a, 0, &x);
+    box_from(b, (int64_t)((uintptr_t)b->data - (uintptr_t)a->data), &y);
+    int64_t budget = (int64_t)1 << 22;
+    return box_share(&x, &y, &budget) != 0;
+}

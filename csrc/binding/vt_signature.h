@@ -1,0 +1,66 @@
+/* Signatures written once. Each X-macro table lists a function's Python
+ * parameters in order as X(name, default): default NULL is a required
+ * parameter, otherwise the Python text of the default. The first `npos`
+ * are positional-or-keyword, the rest keyword-only. From one table come
+ * the argument struct's fields, the kwlist, the PyArg format and the
+ * docstring's signature line (so inspect.signature works);
+ * tests/binding/test_signatures.py compares that line with _C.pyi and the
+ * Python wrappers. Adding an argument is one line here (plus its use). */
+#ifndef VTINFER_BINDING_SIGNATURE_H
+#define VTINFER_BINDING_SIGNATURE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* flash_attn_varlen_func: 3 positional, then keyword-only. */
+#define VT_ATTN_NPOS 3
+#define VT_ATTN_ARGS(X)                                                                                              \
+    X(q, NULL)                                                                                                       \
+    X(k, NULL)                                                                                                       \
+    X(v, NULL)                                                                                                       \
+    X(cu_seqlens_q, NULL)                                                                                            \
+    X(seqused_k, NULL)                                                                                               \
+    X(block_table, NULL)                                                                                             \
+    X(max_seqlen_q, "None")                                                                                          \
+    X(max_seqlen_k, "None")                                                                                          \
+    X(softmax_scale, "None")                                                                                         \
+    X(causal, "True")                                                                                                \
+    X(window_size, "(-1, -1)")                                                                                       \
+    X(softcap, "0.0")                                                                                                \
+    X(alibi_slopes, "None")                                                                                          \
+    X(s_aux, "None")                                                                                                 \
+    X(k_descale, "None")                                                                                             \
+    X(v_descale, "None")                                                                                             \
+    X(kv_cache_dtype, "'auto'")                                                                                      \
+    X(out, "None")                                                                                                   \
+    X(return_lse, "False")                                                                                           \
+    X(num_threads, "None")
+
+/* The Python arguments of flash_attn_varlen_func by name (borrowed; NULL
+ * when not given). */
+typedef struct vt_attn_pyargs {
+#define VT_X_FIELD(name, dflt) PyObject *name;
+    VT_ATTN_ARGS(VT_X_FIELD)
+#undef VT_X_FIELD
+} vt_attn_pyargs;
+
+/* A parsed signature: kwlist, PyArg format ("OOO|$OO..."), defaults. */
+typedef struct vt_signature {
+    const char *name;
+    int npos, nargs;
+    char *const *kwlist;
+    const char *const *defaults;
+    char format[72];
+} vt_signature;
+
+/* The signature of flash_attn_varlen_func (format filled on first use). */
+const vt_signature *vt_attn_signature(void);
+
+/* Parse args/kw into `a` (fields in table order) by `sig`; a required
+ * keyword-only argument that is missing is a TypeError naming it. */
+int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, vt_attn_pyargs *a);
+
+/* Write "<name>($module, /, a, b, *, c=..., ...)\n--\n\n<summary>" into buf. */
+void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size);
+
+#endif /* VTINFER_BINDING_SIGNATURE_H */
