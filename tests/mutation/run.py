@@ -92,13 +92,14 @@ def compiler() -> tuple[list[str], list[str], list[str]]:
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
     inc = sysconfig.get_paths()["include"]
     flags = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-pthread",
-             "-D_GNU_SOURCE=1", "-Icsrc/include", "-Icsrc/core", f"-I{inc}", f"-I{numpy.get_include()}"]
+             "-D_GNU_SOURCE=1", "-Icsrc/include", "-Icsrc/core", "-Icsrc/binding", f"-I{inc}", f"-I{numpy.get_include()}"]
     link = cc + ["-shared", "-pthread"]
     return cc, flags, link
 
 
 def sources(root: Path) -> list[Path]:
-    return sorted(root.glob("csrc/core/*.c")) + sorted(root.glob("csrc/binding/*.c"))
+    return sorted(root.glob("csrc/core/*.c")) + sorted(root.glob("csrc/binding/*.c")) + sorted(
+        root.glob("csrc/binding/common/*.c"))
 
 
 def obj_of(root: Path, src: Path) -> Path:
