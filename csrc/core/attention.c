@@ -272,8 +272,24 @@ static void store_row(const vt_attn_params *p, int64_t tok, int h, const float *
     }
 }
 
+/* 1 when q's row (token tok, head h) holds a NaN. */
+static int q_row_has_nan(const vt_attn_params *p, int64_t tok, int h) {
+    const uint8_t *src = (const uint8_t *)p->q + tok * p->q_stride_tok + (int64_t)h * p->q_stride_head;
+    for (int d = 0; d < p->head_size; d++) {
+        float x;
+        uint16_t u;
+        if (p->q_dtype == VT_DTYPE_F32) memcpy(&x, src + 4 * d, 4);
+        else memcpy(&u, src + 2 * d, 2), x = p->q_dtype == VT_DTYPE_F16 ? vt_f16_to_f32(u) : vt_bf16_to_f32(u);
+        if (x != x) return 1;
+    }
+    return 0;
+}
+
 /* Merge the ns partials of a tile (ns == 1: just one), add the sink,
- * normalise and write out and lse. acc of part 0 is reused as the sum. */
+ * normalise and write out and lse. acc of part 0 is reused as the sum.
+ * A row whose q holds a NaN and that sees at least one key is NaN (out and
+ * lse): every one of its logits is NaN, whatever the kernels' max/exp make
+ * of them. */
 static void finish_tile(const vt_attn_params *p, const plan *pl, const vt_attn_item *it, float *part0, int32_t ns) {
     size_t D = (size_t)p->head_size, rg = (size_t)it->nq * (size_t)pl->G, rows = rg * (size_t)it->ng;
     for (size_t r = 0; r < rows; r++) {
@@ -307,8 +323,15 @@ static void finish_tile(const vt_attn_params *p, const plan *pl, const vt_attn_i
         }
         if (p->s_aux) L += expf(sink - Mt);
         int64_t tok = it->q_tok0 + it->q0 + (int64_t)(lr / (size_t)pl->G);
+        float lse = L > 0.0f ? Mt + logf(L) : -INFINITY;
+        int64_t klo, khi;
+        vt_attn_key_range(p, it->k_len - it->q_len + it->q0 + (int64_t)(lr / (size_t)pl->G), it->k_len, &klo, &khi);
+        if (khi > klo && q_row_has_nan(p, tok, h)) {
+            for (size_t d = 0; d < D; d++) a0[d] = NAN;
+            lse = NAN;
+        }
         store_row(p, tok, h, a0, L > 0.0f ? vd / L : 0.0f);
-        if (p->lse) p->lse[h * p->lse_stride_head + tok * p->lse_stride_tok] = L > 0.0f ? Mt + logf(L) : -INFINITY;
+        if (p->lse) p->lse[h * p->lse_stride_head + tok * p->lse_stride_tok] = lse;
     }
 }
 

@@ -277,6 +277,8 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
                     dist = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), dist);
                     sc = _mm256_fnmadd_ps(_mm256_set1_ps(slope), dist, sc);
                 }
+                /* logits beyond float32's range saturate (vt_attn_sat; min/max keep a NaN) */
+                sc = _mm256_max_ps(_mm256_set1_ps(-FLT_MAX), _mm256_min_ps(_mm256_set1_ps(FLT_MAX), sc));
                 if (_mm256_movemask_ps(vis) == 0) {
                     memset(pr, 0, KB * 4);
                     continue;

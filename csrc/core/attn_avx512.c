@@ -361,6 +361,8 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                     __m512 dist = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - (base + it->q0 + qi))));
                     sc = _mm512_fnmadd_ps(_mm512_set1_ps(slope), _mm512_abs_ps(dist), sc);
                 }
+                /* logits beyond float32's range saturate (vt_attn_sat; min/max keep a NaN) */
+                sc = _mm512_max_ps(_mm512_set1_ps(-FLT_MAX), _mm512_min_ps(_mm512_set1_ps(FLT_MAX), sc));
                 if (vis == 0) {
                     memset(pr, 0, KB * 4);
                     continue;

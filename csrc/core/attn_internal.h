@@ -3,6 +3,7 @@
 #ifndef VTINFER_ATTN_INTERNAL_H
 #define VTINFER_ATTN_INTERNAL_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -27,10 +28,17 @@ typedef struct vt_attn_item {
     int64_t q_len, k_len, q_tok0; /* q_tok0: cu_seqlens_q[b] */
 } vt_attn_item;
 
-/* Logit multiplier of KV head g of sequence b: softmax_scale * k_descale[b, g]. */
+/* x clamped to [-FLT_MAX, FLT_MAX]; a NaN stays NaN. Logits and the logit
+ * multiplier saturate so that an overflow (softmax_scale or k_descale near
+ * float32's range) never makes inf - inf = NaN of a finite result. */
+static inline float vt_attn_sat(float x) {
+    return x > FLT_MAX ? FLT_MAX : (x < -FLT_MAX ? -FLT_MAX : x);
+}
+
+/* Logit multiplier of KV head g of sequence b: softmax_scale * k_descale[b, g], saturated. */
 static inline float vt_attn_logit_mul(const vt_attn_params *p, int b, int g) {
     float kd = p->k_descale ? p->k_descale[b * p->k_descale_stride_b + g * p->k_descale_stride_h] : 1.0f;
-    return p->softmax_scale * kd;
+    return vt_attn_sat(p->softmax_scale * kd);
 }
 
 /* A tile kernel writes, for each of the it->ng * it->nq * G rows, the running max m,

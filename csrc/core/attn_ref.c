@@ -86,6 +86,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                 int64_t dist = j - (base + it->q0 + qi);
                 s -= p->alibi_slopes[g * G + (int)(r % G)] * (float)(dist < 0 ? -dist : dist);
             }
+            s = vt_attn_sat(s);
             float pj;
             if (s > m[r]) {
                 float alpha = expf(m[r] - s);
