@@ -19,7 +19,7 @@
  * Edges: a row whose q holds a NaN and that sees at least one key gets NaN
  * (out and lse). The logit multiplier softmax_scale * k_descale and every
  * logit saturate at +-FLT_MAX, so a scale near float32's range never turns
- * a finite result into NaN (keys whose logits saturate tie). */
+ * a finite result into NaN (keys whose logits saturate tie).
  * Head h reads KV head g = h / (num_heads / num_kv_heads). Accumulation is
  * float32; out is written in q's dtype (nearest even). */
 #ifndef VTINFER_ATTENTION_H
