@@ -8,10 +8,14 @@ from typing import Any
 
 
 def inspect_checkpoint(model: str, kv_cache_dtype: str = "auto", kv_cache_memory: str | None = None,
-                       num_blocks: int | None = None, block_size: int = 16) -> dict[str, Any]:
-    """The decision, the scales and the plan as one JSON-able dict (stable keys)."""
+                       num_blocks: int | None = None, block_size: int = 16, *, tensor_parallel_size: int = 1,
+                       kv_cache_dtype_skip_layers: list[str] | None = None) -> dict[str, Any]:
+    """The decision, the scales, what vLLM does with each scale tensor, and the
+    plan (per tensor-parallel rank) as one JSON-able dict (stable keys)."""
     import vtinfer as vt
     from vtinfer.scales import load_kv_scales
+    from vtinfer.sizing import scale_load_options, skipped_layers
+    from vtinfer.tensor_parallel import check_tensor_parallel, rank_heads
 
     ck = vt.Checkpoint(model)
     read, why = ck.quant_config_route()
@@ -30,25 +34,61 @@ def inspect_checkpoint(model: str, kv_cache_dtype: str = "auto", kv_cache_memory
         "geometry": {"num_layers": geo.num_layers, "num_heads": geo.num_heads, "num_kv_heads": geo.num_kv_heads,
                      "head_dim": geo.head_dim, "dtype": geo.dtype, "sliding_window": geo.sliding_window},
     }
+    tp = tensor_parallel_size
+    check_tensor_parallel(geo.num_heads, geo.num_kv_heads, tp, who="inspect")
+    skip = skipped_layers(geo, kv_cache_dtype_skip_layers, "inspect")
     msgs: list[str] = []
+    explain: list[dict[str, Any]] = []
     quantized = res.dtype is not None and vt.dtype_info(res.dtype).is_fp8
-    scales = load_kv_scales(ck.shards, geo.num_layers, geo.num_kv_heads, quantized=quantized,
-                            per_head=res.per_head_scales, kv_cache_dtype=res.dtype or "auto", messages=msgs)
-    out["scales"] = {"quantized": quantized, "messages": msgs, "layers": [
-        {"layer": s.layer, "k_scale": s.k_scale, "v_scale": s.v_scale, "origin": s.origin,
-         "k_tensor": s.k_tensor, "v_tensor": s.v_tensor, "is_one": bool(s.is_one)} for s in scales]}
+    opts = scale_load_options(res, geo, "inspect")
+    per_rank = []
+    for r in range(tp):
+        sc = load_kv_scales(ck.shards, geo.num_layers, geo.num_kv_heads, quantized=quantized,
+                            kv_cache_dtype=res.dtype or "auto", messages=msgs if r == 0 else None,
+                            explain=explain if r == 0 else None, tensor_parallel_size=tp, rank=r,
+                            unquantized_layers=skip, **opts)
+        per_rank.append(sc)
+    out["scales"] = {"quantized": quantized, "messages": msgs, "per_head": res.per_head_scales,
+                     "compressed_tensors": opts["compressed_tensors"], "layers": [
+        {"layer": s.layer, "k_scale": s.k_scale, "v_scale": s.v_scale, "q_scale": s.q_scale, "origin": s.origin,
+         "k_tensor": s.k_tensor, "v_tensor": s.v_tensor, "q_tensor": s.q_tensor,
+         "zero_points": list(s.zero_points), "is_one": bool(s.is_one)} for s in per_rank[0]] if tp == 1 else
+        [{"layer": s.layer, "origin": s.origin, "k_tensor": s.k_tensor, "v_tensor": s.v_tensor,
+          "q_tensor": s.q_tensor, "zero_points": list(s.zero_points), "is_one": bool(s.is_one)} for s in per_rank[0]]}
+    out["scale_tensors"] = explain
+    p = None
     if res.dtype is not None:
-        p = vt.plan_kv_cache(ck, kv_cache_dtype, block_size, num_blocks, kv_cache_memory)
+        p = vt.plan_kv_cache(ck, kv_cache_dtype, block_size, num_blocks, kv_cache_memory, tensor_parallel_size=tp,
+                             kv_cache_dtype_skip_layers=kv_cache_dtype_skip_layers)
         out["plan"] = {"dtype": p.dtype, "block_size": p.block_size, "bytes_per_block": p.bytes_per_block,
                        "num_blocks": p.num_blocks, "tokens": p.tokens, "total_bytes": p.total_bytes,
-                       "blocks_from": p.blocks_from, "warnings": list(p.warnings)}
+                       "blocks_from": p.blocks_from, "warnings": list(p.warnings),
+                       "tensor_parallel_size": p.tensor_parallel_size, "num_kv_heads_per_rank": p.num_kv_heads,
+                       "layers": [{"layer": i, "dtype": d, "page_bytes": b, "skipped": i in p.skipped_layers}
+                                  for i, (d, b) in enumerate(zip(p.layer_dtypes, p.layer_page_bytes))],
+                       "skipped_layers": list(p.skipped_layers), "vllm_block_size": p.vllm_block_size,
+                       "skip_page_size_padded": p.skip_page_size_padded}
     else:
         out["plan"] = None
+    out["ranks"] = []
+    for r in range(tp):
+        h = rank_heads(geo.num_heads, geo.num_kv_heads, tp, r)
+        out["ranks"].append({
+            "rank": r, "heads": list(h.heads), "kv_heads": list(h.kv_heads), "kv_replicas": h.kv_replicas,
+            "k_scale": [s.k_scale for s in per_rank[r]], "v_scale": [s.v_scale for s in per_rank[r]],
+            "q_scale": [s.q_scale for s in per_rank[r]],
+            "bytes_per_block": p.bytes_per_block if p else None, "num_blocks": p.num_blocks if p else None})
     return out
 
 
+def _fmt(v: Any) -> str:
+    return ",".join(f"{x:.6g}" for x in v) if isinstance(v, (list, tuple)) else f"{v:.6g}"
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    d = inspect_checkpoint(args.model, args.kv_cache_dtype, args.kv_cache_memory, args.num_blocks, args.block_size)
+    d = inspect_checkpoint(args.model, args.kv_cache_dtype, args.kv_cache_memory, args.num_blocks, args.block_size,
+                           tensor_parallel_size=args.tensor_parallel_size,
+                           kv_cache_dtype_skip_layers=args.kv_cache_dtype_skip_layers)
     if args.json:
         print(json.dumps(d, indent=2, sort_keys=True))
         return 0
@@ -64,20 +104,45 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for m in dec["messages"]:
         print(f"  log            {m}")
     s = d["scales"]
-    print(f"scales           {'used' if s['quantized'] else 'ignored (unquantized cache)'}")
-    print(f"  {'layer':>5}  {'k_scale':>12}  {'v_scale':>12}  origin")
-    for row in s["layers"]:
-        flag = "  (1.0)" if row["is_one"] else ""
-        fmt = lambda v: ",".join(f"{x:.6g}" for x in v) if isinstance(v, (list, tuple)) else f"{v:.6g}"
-        print(f"  {row['layer']:>5}  {fmt(row['k_scale']):>12}  {fmt(row['v_scale']):>12}  {row['origin']}{flag}")
+    print(f"scales           {'used' if s['quantized'] else 'ignored (unquantized cache)'}"
+          f"{' (per KV head, compressed-tensors attn_head)' if s['per_head'] else ''}")
+    if "k_scale" in (s["layers"][0] if s["layers"] else {}):
+        print(f"  {'layer':>5}  {'k_scale':>12}  {'v_scale':>12}  {'q_scale':>12}  origin")
+        for row in s["layers"]:
+            flag = "  (1.0)" if row["is_one"] else ""
+            print(f"  {row['layer']:>5}  {_fmt(row['k_scale']):>12}  {_fmt(row['v_scale']):>12}  "
+                  f"{_fmt(row['q_scale']):>12}  {row['origin']}{flag}")
     for m in s["messages"]:
         print(f"  log            {m}")
+    if d["scale_tensors"]:
+        print("scale tensors    what vLLM does with each *_scale / *zero_point tensor")
+        for e in d["scale_tensors"]:
+            to = f" -> {e['target']}" if e["action"] == "remapped" else ""
+            print(f"  {e['action']:<9}{e['tensor']} {e['dtype']}{e['shape']}{to}  ({e['why']})")
     p = d["plan"]
     if p:
+        tp = p["tensor_parallel_size"]
         print(f"plan             {p['num_blocks']} blocks x {p['block_size']} tokens = {p['tokens']} tokens; "
-              f"{p['bytes_per_block']} B/block, {p['total_bytes']} B ({p['blocks_from']})")
+              f"{p['bytes_per_block']} B/block, {p['total_bytes']} B ({p['blocks_from']})"
+              f"{f' per GPU, each of {tp} ranks' if tp > 1 else ''}")
+        if p["skipped_layers"]:
+            pages = ", ".join(f"{x['layer']}:{x['dtype']}:{x['page_bytes']}B" for x in p["layers"])
+            print(f"  skip layers    {p['skipped_layers']} keep the model dtype; pages {pages}")
+            print(f"  vLLM aligns    block_size {p['vllm_block_size']}, skip_page_size_padded "
+                  f"{p['skip_page_size_padded']}")
         for w in p["warnings"]:
             print(f"  warning        {w}")
+    if len(d["ranks"]) > 1:
+        print(f"tensor parallel  {len(d['ranks'])} ranks (vLLM: query heads split; KV heads split, or replicated "
+              f"when fewer than ranks)")
+        print(f"  {'rank':>4}  {'heads':<12} {'kv heads':<9} {'B/block':>8} {'blocks':>7}  k_scale / v_scale / "
+              f"q_scale (layer 0)")
+        for r in d["ranks"]:
+            hs = f"{r['heads'][0]}-{r['heads'][-1]}"
+            rep = f" x{r['kv_replicas']}" if r["kv_replicas"] > 1 else ""
+            kv = ",".join(map(str, r["kv_heads"])) + rep
+            sc = f"{_fmt(r['k_scale'][0])} / {_fmt(r['v_scale'][0])} / {_fmt(r['q_scale'][0])}" if r["k_scale"] else ""
+            print(f"  {r['rank']:>4}  {hs:<12} {kv:<9} {r['bytes_per_block'] or '-':>8} {r['num_blocks'] or '-':>7}  {sc}")
     return 0
 
 
@@ -89,5 +154,9 @@ def add_parser(sub: Any) -> None:
     ins.add_argument("--kv-cache-memory", default=None, help="e.g. 8GiB")
     ins.add_argument("--num-blocks", type=int, default=None)
     ins.add_argument("--block-size", type=int, default=16)
+    ins.add_argument("--tensor-parallel-size", type=int, default=1,
+                     help="show each rank's heads, scale slices and plan as vLLM shards them")
+    ins.add_argument("--kv-cache-dtype-skip-layers", nargs="+", default=None, metavar="LAYER",
+                     help="layers kept at the model dtype: indices such as 0, or sliding_window (vLLM 0.33)")
     ins.add_argument("--json", action="store_true", help="print one stable JSON object")
     ins.set_defaults(func=cmd_inspect)

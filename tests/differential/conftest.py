@@ -51,3 +51,9 @@ def llmc_checkpoints(tmp_path_factory):
         if checkpoints.require_llmcompressor():
             pytest.fail(f"llm-compressor required (VTINFER_REQUIRE_LLMCOMPRESSOR=1): {e}")
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def vllm_align(vllm_source: upstream.Source):
+    """``Platform._align_heterogeneous_kv_block_size`` with stubs."""
+    return upstream.heterogeneous_alignment(vllm_source)

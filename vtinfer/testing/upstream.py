@@ -374,3 +374,77 @@ def scalar_scale_loader(src: Source) -> Callable[[Any], float]:
         return float(p.item())
 
     return load
+
+
+F_PLATFORM = "vllm/platforms/interface.py"
+
+
+def heterogeneous_alignment(src: Source) -> Callable[..., tuple[int, int | None]]:
+    """``Platform._align_heterogeneous_kv_block_size`` (the block-size
+    alignment vLLM runs when ``kv_cache_dtype_skip_layers`` is set), run with
+    stubs: dtypes are vtinfer names with their element sizes, the backend
+    packs a page as ``2 * H_kv * D * elem`` per token (FlashAttention), its
+    kernel blocks are ``MultipleOf(kernel_block)``. Returns ``align(
+    block_size, cache_dtype, model_dtype, num_kv_heads, head_size,
+    skip_layers, kernel_block=16) -> (block_size, skip_page_size_padded)``;
+    vLLM's AssertionError passes through."""
+    import builtins
+
+    node = find_node(ast.parse(src.read(F_PLATFORM)), "Platform._align_heterogeneous_kv_block_size")
+    assert isinstance(node, ast.FunctionDef)
+    node.decorator_list = []
+    node.returns = None
+    for a in node.args.args + node.args.kwonlyargs:
+        a.annotation = None
+    code = compile(ast.Module(body=[node], type_ignores=[]), "<vllm _align_heterogeneous_kv_block_size>", "exec")
+    elem = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+    class MultipleOf:
+        def __init__(self, base: int) -> None:
+            self.base = base
+
+    def align(block_size: int, cache_dtype: str, model_dtype: str, num_kv_heads: int, head_size: int,
+              skip_layers: list[str], kernel_block: int = 16) -> tuple[int, int | None]:
+        class Spec:
+            def __init__(self, block_size: int, num_kv_heads: int, head_size: int, dtype: str,
+                         kv_quant_mode: Any) -> None:
+                self.page_size_bytes = 2 * block_size * num_kv_heads * head_size * elem[dtype]
+
+        fake = {
+            "vllm.config.vllm": types.SimpleNamespace(set_current_vllm_config=lambda cfg: _Null()),
+            "vllm.utils.math_utils": types.SimpleNamespace(cdiv=lambda a, b: -(a // -b)),
+            "vllm.utils.torch_utils": types.SimpleNamespace(STR_DTYPE_TO_TORCH_DTYPE={k: k for k in elem}),
+            "vllm.v1.attention.backend": types.SimpleNamespace(MultipleOf=MultipleOf),
+            "vllm.v1.kv_cache_interface": types.SimpleNamespace(FullAttentionSpec=Spec,
+                                                                get_kv_quant_mode=lambda d: None),
+        }
+        real_import = builtins.__import__
+
+        def _import(name: str, *a: Any, **k: Any) -> Any:
+            return fake[name] if name in fake else real_import(name, *a, **k)
+
+        b = dict(vars(builtins))
+        b["__import__"] = _import
+        logger = _Logger()
+        ns: dict[str, Any] = {"__builtins__": b, "logger": logger}
+        exec(code, ns)
+        cache = types.SimpleNamespace(cache_dtype=cache_dtype, block_size=block_size,
+                                      kv_cache_dtype_skip_layers=list(skip_layers), skip_page_size_padded=None,
+                                      mamba_page_size_padded=None)
+        model = types.SimpleNamespace(dtype=model_dtype, get_num_kv_heads=lambda pc: num_kv_heads,
+                                      get_head_size=lambda: head_size)
+        cfg = types.SimpleNamespace(cache_config=cache, model_config=model, parallel_config=None)
+        backend = types.SimpleNamespace(customize_spec=lambda spec: spec,
+                                        get_supported_kernel_block_sizes=lambda: [MultipleOf(kernel_block)])
+        ns["_align_heterogeneous_kv_block_size"](None, cfg, backend)
+        return cache.block_size, cache.skip_page_size_padded
+
+    return align
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> None:
+        return None

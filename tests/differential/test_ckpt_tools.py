@@ -1,0 +1,127 @@
+"""kv_cache_dtype_skip_layers against vLLM's own block alignment, `vtinfer inspect`
+per rank and per scale tensor, and `calibrate --per-head` as llm-compressor
+writes (compressed-tensors' own parser accepts it)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import vtinfer as vt
+from vtinfer.cli import main
+from vtinfer.hf_config import ModelGeometry
+from vtinfer.testing.checkpoints import make_modelopt_checkpoint
+
+
+def geo(layers=4, kv=2, head_dim=16, dtype="bfloat16", **kw):
+    return ModelGeometry.from_dict({"num_hidden_layers": layers, "num_attention_heads": 8, "num_key_value_heads": kv,
+                                    "head_dim": head_dim, "torch_dtype": dtype, **kw})
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 32, 48, 64])
+@pytest.mark.parametrize("cache,model", [("fp8_e4m3", "bfloat16"), ("fp8_e4m3", "float32"), ("bfloat16", "bfloat16"),
+                                         ("auto", "bfloat16"), ("float16", "float32"), ("bfloat16", "float32")])
+@pytest.mark.parametrize("kv,head_dim", [(1, 16), (2, 64), (8, 128)])
+def test_skip_layer_block_alignment_equals_vllms(vllm_align, block_size, cache, model, kv, head_dim):
+    g = geo(kv=kv, head_dim=head_dim, dtype=model)
+    p = vt.plan_kv_cache(g, cache, block_size, num_blocks=4, kv_cache_dtype_skip_layers=["1"])
+    want = vllm_align(block_size, "auto" if cache == "auto" else cache.replace("_e4m3", ""), model, kv, head_dim, ["1"])
+    assert (p.vllm_block_size, p.skip_page_size_padded) == want
+    assert p.skipped_layers == (1,) and p.layer_dtypes[1] == model
+
+
+def test_skip_layer_alignment_refusal_equals_vllms(vllm_align):
+    with pytest.raises(AssertionError, match="must not be smaller than the quantized primary"):
+        vllm_align(16, "float32", "bfloat16", 2, 16, ["0"])
+    with pytest.raises(ValueError, match="must not be smaller than the quantized primary"):
+        vt.plan_kv_cache(geo(), "float32", 16, num_blocks=4, kv_cache_dtype_skip_layers=["0"])
+
+
+def test_skip_layers_pages_per_layer():
+    g = geo(layers=4, layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=8)
+    p = vt.plan_kv_cache(g, "fp8", 16, kv_cache_memory=1 << 20, kv_cache_dtype_skip_layers=["3", "sliding_window"])
+    assert p.skipped_layers == (0, 2, 3)
+    assert p.layer_dtypes == ("bfloat16", "fp8_e4m3", "bfloat16", "bfloat16")
+    fp8 = 2 * 16 * 2 * 16
+    assert p.layer_page_bytes == (2 * fp8, fp8, 2 * fp8, 2 * fp8)
+    assert p.bytes_per_block == 7 * fp8 and p.num_blocks == (1 << 20) // (7 * fp8)
+    assert vt.plan_kv_cache(g, "fp8", 16, num_blocks=2, kv_cache_dtype_skip_layers=["9"]).skipped_layers == ()
+    with pytest.raises(TypeError, match="kv_cache_dtype_skip_layers must be a list of str"):
+        vt.plan_kv_cache(g, "fp8", 16, num_blocks=2, kv_cache_dtype_skip_layers=[0])
+
+
+def test_from_checkpoint_skip_layers(tmp_path):
+    d, _ = make_modelopt_checkpoint(tmp_path / "m")
+    with pytest.raises(NotImplementedError, match=r"keeps layers \[0\] at bfloat16"):
+        vt.PagedKVCache.from_checkpoint(d, num_blocks=2, kv_cache_dtype_skip_layers=["0"])
+    # a bf16 cache: skipping changes nothing, and the scales are 1.0 (unquantized)
+    c = vt.PagedKVCache.from_checkpoint(d, "bfloat16", num_blocks=2, kv_cache_dtype_skip_layers=["0"])
+    assert np.all(c.k_scale == 1.0)
+
+
+def test_inspect_tensor_parallel_table_and_scale_tensors(llmc_checkpoints, capsys):
+    d = llmc_checkpoints["attn_head_attention"]
+    assert main(["inspect", str(d), "--tensor-parallel-size", "4", "--kv-cache-memory", "1MiB"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("tensor parallel  4 ranks"):].splitlines()[2:]
+    assert [ln.split()[:3] for ln in table] == [["0", "0-1", "0"], ["1", "2-3", "0"], ["2", "4-5", "1"],
+                                                ["3", "6-7", "1"]]
+    assert "x2" in table[0] and "ignored  model.layers.0.self_attn.k_zero_point F8_E4M3[2, 1, 1]" in out
+    assert main(["inspect", str(d), "--tensor-parallel-size", "4", "--num-blocks", "8", "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    one = vt.load_kv_scales(vt.Checkpoint(d).shards, 2, 2, per_head=True, num_heads=8)
+    for r in j["ranks"]:
+        assert r["k_scale"] == [[s.k_scale[r["kv_heads"][0]]] for s in one]
+    acts = {e["tensor"].split(".")[-1]: e["action"] for e in j["scale_tensors"]}
+    assert acts == {"k_scale": "remapped", "v_scale": "remapped", "q_scale": "remapped", "k_zero_point": "ignored",
+                    "v_zero_point": "ignored", "q_zero_point": "ignored"}
+    assert j["plan"]["num_kv_heads_per_rank"] == 1 and j["plan"]["tensor_parallel_size"] == 4
+
+
+def test_inspect_explains_modelopt_tensors(tmp_path, capsys):
+    d, written = make_modelopt_checkpoint(tmp_path / "m")
+    assert main(["inspect", str(d), "--json", "--num-blocks", "2"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    by = {e["tensor"]: e for e in j["scale_tensors"]}
+    assert set(by) == set(written)
+    assert by["model.layers.0.self_attn.v_proj.v_scale"]["target"] == "model.layers.0.self_attn.attn.v_scale"
+    assert by["model.layers.0.self_attn.o_proj.weight_scale"]["action"] == "ignored"
+    assert main(["inspect", str(d), "--json", "--num-blocks", "2", "--kv-cache-dtype", "bfloat16"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert {e["action"] for e in j["scale_tensors"]} == {"ignored"}
+
+
+@pytest.mark.parametrize("per_head", [True, False])
+def test_calibrate_writes_what_llmcompressor_writes(tmp_path, llmc_checkpoints, per_head):
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig
+    from safetensors.numpy import load_file
+
+    from vtinfer.models import make_tiny_checkpoint, write_calibrated
+    from vtinfer.models.calibrate import Calibration
+
+    src = make_tiny_checkpoint(tmp_path / "tiny")
+    g = vt.Checkpoint(src).geometry
+    rng = np.random.default_rng(3)
+    cal = Calibration(rng.uniform(0.1, 40, (g.num_layers, g.num_kv_heads)).astype(np.float32),
+                      rng.uniform(0.1, 40, (g.num_layers, g.num_kv_heads)).astype(np.float32), 7)
+    out = write_calibrated(src, tmp_path / "cal", cal, per_head=per_head, fmt="compressed-tensors")
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    ref = json.loads((llmc_checkpoints["attn_head" if per_head else "tensor"] / "config.json").read_text())
+    ref = ref["quantization_config"]
+    assert qc["kv_cache_scheme"] == ref["kv_cache_scheme"]
+    assert set(ref) <= set(qc)
+    parsed = QuantizationConfig.model_validate(qc)  # compressed-tensors' own parser
+    assert parsed.kv_cache_scheme == QuantizationArgs.model_validate(ref["kv_cache_scheme"])
+    t = load_file(str(out / "kv_scales.safetensors"))
+    ks, vs = cal.scales(per_head)
+    sc = vt.load_kv_scales(vt.Checkpoint(out).shards, g.num_layers, g.num_kv_heads, per_head=per_head,
+                           compressed_tensors=True, num_heads=g.num_heads)
+    for i, s in enumerate(sc):
+        k = t[f"model.layers.{i}.self_attn.k_scale"]
+        assert k.shape == ((g.num_kv_heads, 1, 1) if per_head else (1,))  # llm-compressor's shapes
+        assert k.tobytes() == np.asarray(ks[i], np.float32).tobytes()  # bit for bit in the file
+        assert np.asarray(s.k_scale, np.float32).tobytes() == k.tobytes()  # and read back bit for bit
+        assert np.asarray(s.v_scale, np.float32).tobytes() == np.asarray(vs[i], np.float32).tobytes()
