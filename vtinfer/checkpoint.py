@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from vtinfer import _C
+from vtinfer._fileio import check_inside, file_kind, index_member, read_regular
 from vtinfer.hf_config import ModelGeometry
+
+
+def _regular(path: Path, what: str) -> None:
+    import stat
+
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _C.ConfigError(f"{what} must be a regular file; got {file_kind(mode)}")
 
 
 @dataclass(frozen=True)
@@ -51,28 +60,38 @@ class Checkpoint:
         if not p.is_dir():
             raise FileNotFoundError(f"Checkpoint: path must be a directory; got '{p}'")
         cfg = p / "config.json"
-        if not cfg.is_file():
+        if not os.path.lexists(cfg):
             raise FileNotFoundError(f"Checkpoint: {p} must contain config.json; got none")
-        config = _C.json_loads(cfg.read_bytes(), str(cfg))
+        # issue #15: only regular files inside the directory are read (vtinfer/_fileio.py)
+        check_inside(cfg, p, f"Checkpoint: {cfg}")
+        config = _C.json_loads(read_regular(cfg, what=f"Checkpoint: {cfg}"), str(cfg))
         if not isinstance(config, dict):
             from vtinfer import ConfigError
 
             raise ConfigError(f"{cfg}: config.json must hold a JSON object; got {type(config).__name__}")
         hq = p / "hf_quant_config.json"
         index = p / "model.safetensors.index.json"
-        if index.is_file():
-            idx = _C.json_loads(index.read_bytes(), str(index))
+        if os.path.lexists(index):
+            check_inside(index, p, f"Checkpoint: {index}")
+            idx = _C.json_loads(read_regular(index, what=f"Checkpoint: {index}"), str(index))
             wm = idx.get("weight_map") if isinstance(idx, dict) else None
             if not isinstance(wm, dict):
                 from vtinfer import ConfigError
 
                 raise ConfigError(f"{index}: weight_map must be a JSON object")
-            shards = tuple(p / f for f in sorted(set(map(str, wm.values()))))
+            shards = tuple(sorted(set(index_member(p, f, f"Checkpoint: {index.name}: shard {f!r}")
+                                      for f in wm.values())))
             for s in shards:
-                if not s.is_file():
+                if not os.path.lexists(s) or not s.exists():
                     raise FileNotFoundError(f"Checkpoint: shard {s.name} named by {index.name} is missing")
         else:
             shards = tuple(sorted(p.glob("*.safetensors")))
+        for s in shards:
+            check_inside(s, p, f"Checkpoint: shard {s}")
+            _regular(s, f"Checkpoint: shard {s.name}")
+        if os.path.lexists(hq):
+            check_inside(hq, p, f"Checkpoint: {hq}")
+            _regular(hq, f"Checkpoint: {hq}")
         object.__setattr__(self, "path", p)
         object.__setattr__(self, "config_path", cfg)
         object.__setattr__(self, "hf_quant_config_path", hq if hq.is_file() else None)

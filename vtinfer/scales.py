@@ -27,7 +27,7 @@ ONE_WARNING = ("Using KV cache scaling factor 1.0 for fp8_e4m3. If this is unint
 KV_SCALE_DEPRECATED = ("DEPRECATED. Found kv_scale in the checkpoint. This format is deprecated in favor of separate "
                        "k_scale and v_scale tensors and will be removed in a future release. Functionally, we will "
                        "remap kv_scale to k_scale and duplicate k_scale to v_scale")
-MAX_HEADER = 100 << 20
+MAX_HEADER = 100_000_000  # the safetensors library's limit (vtinfer/_stheader.py)
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": "bfloat16",
               "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I64": np.int64, "I32": np.int32,
@@ -88,7 +88,9 @@ class AttentionParams:
     the zero points when ``zero_points`` (compressed-tensors creates them so
     llm-compressor's checkpoints load)."""
 
-    _re = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?attn\.([qkv])_(scale|zero_point)$")
+    # issue #15: a layer index as vLLM's parameter names write it (ASCII digits,
+    # no leading zero): "layers.01." or "layers.\u0661." names no parameter
+    _re = re.compile(r"(?:^|\.)layers\.(0|[1-9][0-9]*)\.(?:.*\.)?attn\.([qkv])_(scale|zero_point)$")
 
     def __init__(self, num_layers: int, zero_points: bool = False) -> None:
         self.num_layers = num_layers
@@ -131,46 +133,14 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, TensorInfo]:
         dtype, offsets out of range or overlapping, or sizes that disagree
         with the shape (the tensor named).
     """
-    from vtinfer import ConfigError
+    from vtinfer._fileio import open_regular
+    from vtinfer._stheader import parse_header
 
     p = Path(path)
-    size = p.stat().st_size
-    with open(p, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ConfigError(f"{p}: safetensors header length must be 8 bytes; got {len(head)}")
-        (n,) = struct.unpack("<Q", head)
-        if n > MAX_HEADER or n > size - 8:
-            raise ConfigError(f"{p}: safetensors header length must be at most {min(MAX_HEADER, size - 8)}; got {n}")
-        hdr = _C.json_loads(f.read(n), str(p))
-    if not isinstance(hdr, dict):
-        raise ConfigError(f"{p}: safetensors header must be a JSON object; got {type(hdr).__name__}")
-    data = size - 8 - n
-    out: dict[str, TensorInfo] = {}
-    for name, t in hdr.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(t, dict) or t.get("dtype") not in _ST_DTYPES:
-            raise ConfigError(f"{p}: tensor {name} must have a known dtype; got {t!r:.80}")
-        shape, offs = t.get("shape"), t.get("data_offsets")
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-                or not isinstance(offs, list) or len(offs) != 2
-                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
-            raise ConfigError(f"{p}: tensor {name} must have an integer shape and data_offsets [begin, end]")
-        b, e = offs
-        item = np.dtype(_ST_DTYPES[t["dtype"]] if not isinstance(_ST_DTYPES[t["dtype"]], str)
-                        else _ml(_ST_DTYPES[t["dtype"]])).itemsize
-        if not (0 <= b <= e <= data):
-            raise ConfigError(f"{p}: tensor {name} data_offsets must lie in [0, {data}]; got {offs}")
-        if e - b != math.prod(shape) * item:
-            raise ConfigError(f"{p}: tensor {name} must span {math.prod(shape) * item} bytes for shape {shape}; "
-                              f"got {e - b}")
-        out[name] = TensorInfo(name, t["dtype"], tuple(shape), b, e, p)
-    spans = sorted((ti.begin, ti.end, ti.name) for ti in out.values() if ti.end > ti.begin)
-    for (b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:]):
-        if b1 < e0:
-            raise ConfigError(f"{p}: tensors {n0} and {n1} must not overlap; got [{b0}, {e0}) and [{b1}, ...)")
-    return out
+    # issue #15: a regular file only, and exactly the headers the safetensors library accepts
+    with open_regular(p) as f:
+        entries = parse_header(f, str(p))
+    return {name: TensorInfo(name, dt, shape, b, e, p) for name, (dt, shape, b, e) in entries.items()}
 
 
 def _ml(name: str) -> Any:
@@ -181,7 +151,12 @@ def _ml(name: str) -> Any:
 
 def read_tensor(ti: TensorInfo) -> np.ndarray:
     """The tensor's values as float64 (scale tensors are tiny)."""
-    with open(ti.file, "rb") as f:
+    from vtinfer._fileio import open_regular
+
+    if ti.dtype not in _ST_DTYPES:
+        raise TypeError(f"read_tensor: {ti.name} must have a dtype vtinfer reads ({', '.join(_ST_DTYPES)}); "
+                        f"got {ti.dtype}")
+    with open_regular(ti.file) as f:
         (n,) = struct.unpack("<Q", f.read(8))
         f.seek(8 + n + ti.begin)
         raw = f.read(ti.end - ti.begin)
@@ -250,7 +225,16 @@ def _vals(name: str, ti: TensorInfo, want: tuple[int, ...], what: str) -> np.nda
     if n not in want:
         raise ValueError(f"load_kv_scales: {name} must hold {' or '.join(map(str, want))} element(s) ({what}); "
                          f"got shape {list(ti.shape)}")
-    return read_tensor(ti).reshape(-1)
+    vals = read_tensor(ti).reshape(-1)
+    # issue #15: vLLM loads scales into float32 parameters: an F64 scale that
+    # overflows to inf or underflows to 0 in float32 is refused, the rest rounded
+    with np.errstate(over="ignore", under="ignore"):
+        f32 = vals.astype(np.float32)
+    lost = np.isfinite(vals) & (vals > 0) & ~(np.isfinite(f32) & (f32 > 0))
+    if np.any(lost):
+        raise ValueError(f"load_kv_scales: {name} must be representable as a positive finite float32 "
+                         f"(vLLM loads scales as float32); got {vals.tolist()} from {ti.dtype}")
+    return f32.astype(np.float64)
 
 
 def load_kv_scales(shards: Iterable[str | os.PathLike], num_layers: int, num_kv_heads: int, *,
