@@ -26,7 +26,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-__all__ = ["MAX_JSON_BYTES", "file_kind", "index_member", "check_inside", "open_regular", "read_regular"]
+__all__ = ["MAX_JSON_BYTES", "display", "file_kind", "index_member", "check_inside", "open_regular", "read_regular"]
 
 MAX_JSON_BYTES = 64 << 20  # config.json / index / hf_quant_config.json; real ones are < 10 MB
 
@@ -35,6 +35,12 @@ def _config_error(msg: str) -> Exception:
     from vtinfer._C import ConfigError
 
     return ConfigError(msg)
+
+
+def display(path: str | os.PathLike) -> str:
+    """``path`` as UTF-8-encodable text for a message (a path that is not valid
+    UTF-8 shows its odd bytes as ``\\xff``; the C reader's names must encode)."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
 
 
 def file_kind(mode: int) -> str:

@@ -85,6 +85,7 @@ def parse_header(f: BinaryIO, label: str, size: int | None = None) -> dict[str, 
         the rule (and the tensor, where one is at fault).
     """
     from vtinfer import _C
+    from vtinfer._fileio import display
 
     if size is None:
         size = os.fstat(f.fileno()).st_size
@@ -106,7 +107,7 @@ def parse_header(f: BinaryIO, label: str, size: int | None = None) -> dict[str, 
     if not stripped.startswith(b"{"):
         raise _err(f"{label}: safetensors header must be a JSON object; got {stripped[:20]!r}")
     if len(stripped) <= _C_JSON_MAX:
-        hdr = _C.json_loads(stripped, label)
+        hdr = _C.json_loads(stripped, display(label))
     else:  # beyond the C reader's 64 MiB document limit; NaN/Infinity/surrogates are refused below
         import json
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vtinfer import _C
-from vtinfer._fileio import check_inside, file_kind, index_member, read_regular
+from vtinfer._fileio import check_inside, display, file_kind, index_member, read_regular
 from vtinfer.hf_config import ModelGeometry
 
 
@@ -64,7 +64,7 @@ class Checkpoint:
             raise FileNotFoundError(f"Checkpoint: {p} must contain config.json; got none")
         # issue #15: only regular files inside the directory are read (vtinfer/_fileio.py)
         check_inside(cfg, p, f"Checkpoint: {cfg}")
-        config = _C.json_loads(read_regular(cfg, what=f"Checkpoint: {cfg}"), str(cfg))
+        config = _C.json_loads(read_regular(cfg, what=f"Checkpoint: {cfg}"), display(cfg))
         if not isinstance(config, dict):
             from vtinfer import ConfigError
 
@@ -73,7 +73,7 @@ class Checkpoint:
         index = p / "model.safetensors.index.json"
         if os.path.lexists(index):
             check_inside(index, p, f"Checkpoint: {index}")
-            idx = _C.json_loads(read_regular(index, what=f"Checkpoint: {index}"), str(index))
+            idx = _C.json_loads(read_regular(index, what=f"Checkpoint: {index}"), display(index))
             wm = idx.get("weight_map") if isinstance(idx, dict) else None
             if not isinstance(wm, dict):
                 from vtinfer import ConfigError

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from typing import Any
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -12,7 +14,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     info = vt.build_info()
     if args.json:
-        print(json.dumps(info, indent=2, sort_keys=True))
+        print(dumps(info, indent=2, sort_keys=True))
         return 0
     feats = ", ".join(k for k, v in info["cpu_features"].items() if v) or "none"
     print(f"vtinfer {info['version']}")
@@ -24,8 +26,40 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# What a user can get wrong (paths, arguments, files): one line on stderr and
+# exit status 2, for every subcommand (issue #15). ConfigError/VtinferError
+# are ValueErrors; OSError covers missing files, permissions, FIFOs refused.
+USER_ERRORS = (OSError, ValueError, NotImplementedError, TypeError, ImportError, IndexError, OverflowError,
+               UnicodeError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``vtinfer inspect: argument ...``)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by the string ``"NaN"``,
+    ``"Infinity"`` or ``"-Infinity"``, so that ``json.dumps`` prints valid JSON
+    (config.json files may hold NaN, which Python's and vtinfer's readers accept)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if obj != obj else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kw: Any) -> str:
+    """Strict JSON (never ``NaN``), ASCII-only so any path prints."""
+    return json.dumps(json_safe(obj), allow_nan=False, **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="vtinfer",
         description="vLLM-compatible paged KV cache, fp8 KV-cache dtype resolver and paged attention on the CPU.",
     )
@@ -43,12 +77,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a path that is not valid UTF-8 arrives surrogate-escaped; print it back as its bytes
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `vtinfer inspect M | head`: the reader left; say nothing
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except USER_ERRORS as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"vtinfer {args.command}: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"vtinfer {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

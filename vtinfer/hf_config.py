@@ -9,6 +9,21 @@ _DTYPE_NAMES = {"float32": "float32", "float": "float32", "float16": "float16", 
                 "bfloat16": "bfloat16", "fp16": "float16", "bf16": "bfloat16"}
 
 
+# issue #15: geometry far beyond any model is refused by name before any
+# per-layer work (num_hidden_layers: 10**9 used to build 10**9 layer specs).
+# The largest released models have ~130 layers, 128 heads, head_dim 256.
+MAX_GEOMETRY = {"num_hidden_layers": 1 << 16, "n_layer": 1 << 16, "num_layers": 1 << 16,
+                "num_attention_heads": 1 << 16, "n_head": 1 << 16, "num_key_value_heads": 1 << 16,
+                "head_dim": 1 << 16, "hidden_size": 1 << 24, "n_embd": 1 << 24}
+
+
+def _bounded(name: str, key: str, v: int) -> int:
+    limit = MAX_GEOMETRY.get(key)
+    if limit is not None and v > limit:
+        raise ValueError(f"{name}: {key} must be at most {limit}; got {v}")
+    return v
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """One attention layer's cache needs.
@@ -79,7 +94,7 @@ class ModelGeometry:
                 if v is not None:
                     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                         raise ValueError(f"{name}: {k} must be a positive integer; got {v!r}")
-                    return v
+                    return _bounded(name, k, v)
             raise ValueError(f"{name}: {key} must be present; got nothing")
 
         layers = need("num_hidden_layers", ("n_layer", "num_layers"))
@@ -88,11 +103,13 @@ class ModelGeometry:
         kv = heads if kv is None else kv
         if isinstance(kv, bool) or not isinstance(kv, int) or kv <= 0 or heads % kv:
             raise ValueError(f"{name}: num_key_value_heads must be a positive divisor of {heads}; got {kv!r}")
+        _bounded(name, "num_key_value_heads", kv)
         hd = src.get("head_dim")
         if hd is None:
             hd = need("hidden_size", ("n_embd",)) // heads
         if isinstance(hd, bool) or not isinstance(hd, int) or hd <= 0:
             raise ValueError(f"{name}: head_dim must be a positive integer; got {hd!r}")
+        _bounded(name, "head_dim", hd)
         raw = src.get("torch_dtype", src.get("dtype", cfg.get("torch_dtype", cfg.get("dtype"))))
         dtype = _DTYPE_NAMES.get(str(raw).replace("torch.", "")) if raw is not None else None
         sw = src.get("sliding_window")

@@ -90,7 +90,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                            tensor_parallel_size=args.tensor_parallel_size,
                            kv_cache_dtype_skip_layers=args.kv_cache_dtype_skip_layers)
     if args.json:
-        print(json.dumps(d, indent=2, sort_keys=True))
+        from vtinfer.cli import dumps
+
+        print(dumps(d, indent=2, sort_keys=True))
         return 0
     q, dec = d["quant_config"], d["decision"]
     print(f"model            {d['model']}")
