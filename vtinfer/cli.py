@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        where = f"vtinfer {args.command}" if getattr(args, "command", None) else "vtinfer"
+        parser.exit(2, f"{where}: unrecognized arguments: {' '.join(extra)} (see {where} --help)\n")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer.models.store import atomic_dir, save_safetensors, write_json
+from vtinfer.models.store import MARKER, atomic_dir, save_safetensors, write_json
 
 __all__ = ["FP8_E4M3_MAX", "Calibration", "calibrate_amax", "calibrate", "write_calibrated"]
 
@@ -100,9 +100,14 @@ FORMATS = ("modelopt", "compressed-tensors")
 
 
 def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, cal: Calibration, *,
-                     per_head: bool = False, fmt: str = "modelopt") -> Path:
+                     per_head: bool = False, fmt: str = "modelopt", overwrite: bool = False) -> Path:
     """Copy ``model_dir`` to ``out_dir`` (weights hard-linked when possible) with
-    the calibrated scales and the quantization config (see the module docs)."""
+    the calibrated scales and the quantization config (see the module docs).
+
+    ``out_dir`` must be new, an empty directory, or (``overwrite=True``) a
+    previous vtinfer output whose every entry its marker lists; it may not be,
+    contain or lie inside ``model_dir``. Otherwise ValueError / FileExistsError
+    and nothing is written or removed (see :class:`vtinfer.models.store.atomic_dir`)."""
     import vtinfer as vt
 
     if fmt not in FORMATS:
@@ -148,31 +153,52 @@ def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, c
             "vtinfer_calibration": {"tokens": cal.tokens, "scale": "amax / 448"},
         }
     out = Path(out_dir)
-    if out.resolve() == src.resolve():
-        raise ValueError(f"calibrate: out must differ from the model directory; got '{out}'")
-    with atomic_dir(out) as tmp:
+    check_out(out, src)
+    with atomic_dir(out, overwrite=overwrite, what="calibrate: out") as tmp:
         weight_map: dict[str, str] = {}
         from vtinfer.scales import read_safetensors_header
 
-        for shard in ck.shards:
-            _link_or_copy(shard, tmp / shard.name)
+        # shards keep their path relative to the model directory, so index entries
+        # a/w.safetensors and b/w.safetensors stay two files (issue #15)
+        rels = [shard.relative_to(ck.path).as_posix() for shard in ck.shards]
+        scales_file = SCALES_FILE
+        while scales_file in rels:
+            scales_file = "vtinfer-" + scales_file
+        for shard, rel in zip(ck.shards, rels):
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(dst):
+                raise FileExistsError(f"calibrate: shard {rel} must be written once; got it twice")
+            _link_or_copy(shard, dst)
             for name in read_safetensors_header(shard):
-                if name != "__metadata__":
-                    weight_map[name] = shard.name
-        save_safetensors(tmp / SCALES_FILE, tensors)
-        weight_map.update({n: SCALES_FILE for n in tensors})
+                weight_map[name] = rel
+        save_safetensors(tmp / scales_file, tensors)
+        weight_map.update({n: scales_file for n in tensors})
         write_json(tmp / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map})
-        for f in src.iterdir():
-            if f.is_file() and f.suffix != ".safetensors" and f.name not in (
-                    "config.json", "model.safetensors.index.json", "hf_quant_config.json"):
+        import stat
+
+        for f in src.iterdir():  # tokenizer and other small files: regular files only, never through a link out
+            st = os.lstat(f)
+            if (stat.S_ISREG(st.st_mode) and f.suffix != ".safetensors" and f.name not in (
+                    "config.json", "model.safetensors.index.json", "hf_quant_config.json", MARKER)
+                    and not os.path.lexists(tmp / f.name)):
                 shutil.copy2(f, tmp / f.name)
         write_json(tmp / "config.json", cfg)
     return out
 
 
+def check_out(out: Path, src: Path) -> None:
+    """Refuse an output directory that is, contains or lies inside the model
+    directory (an output there could replace or remove the model's own files)."""
+    o, s = out.resolve(), src.resolve()
+    if o == s or s in o.parents or o in s.parents:
+        raise ValueError(f"calibrate: out must lie outside the model directory and not contain it; got '{out}' "
+                         f"for the model directory '{src}'")
+
+
 def calibrate(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, per_head: bool = False,
               max_tokens: int = 2048, text: str | None = None, progress: bool | None = None,
-              model: Any = None, fmt: str = "modelopt") -> tuple[Path, Calibration]:
+              model: Any = None, fmt: str = "modelopt", overwrite: bool = False) -> tuple[Path, Calibration]:
     """Calibrate on ``text`` (default: :func:`vtinfer.models.evaltext.calibration_text`)
     and write the calibrated copy. Returns ``(out_dir, calibration)``."""
     from vtinfer.models.decoder import Decoder
@@ -180,9 +206,12 @@ def calibrate(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, per_h
 
     if fmt not in FORMATS:
         raise ValueError(f"calibrate: fmt must be one of {FORMATS}; got {fmt!r}")
+    # refuse a bad out before the (long) calibration run
+    check_out(Path(out_dir), Path(model_dir))
+    atomic_dir(out_dir, overwrite=overwrite, what="calibrate: out").check()
     m = model if model is not None else Decoder.from_pretrained(model_dir)
     if m.tokenizer is None:
         raise ValueError(f"calibrate: {model_dir} must have a tokenizer to encode the calibration text")
     toks = m.tokenizer.encode(text if text is not None else calibration_text())[:max_tokens]
     cal = calibrate_amax(m, toks, progress=progress)
-    return write_calibrated(model_dir, out_dir, cal, per_head=per_head, fmt=fmt), cal
+    return write_calibrated(model_dir, out_dir, cal, per_head=per_head, fmt=fmt, overwrite=overwrite), cal

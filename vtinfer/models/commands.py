@@ -41,7 +41,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     from vtinfer.models.calibrate import calibrate
 
-    out, cal = calibrate(args.model_dir, args.out, per_head=args.per_head, max_tokens=args.tokens, fmt=args.format)
+    out, cal = calibrate(args.model_dir, args.out, per_head=args.per_head, max_tokens=args.tokens, fmt=args.format,
+                         overwrite=args.overwrite)
     ks, vs = cal.scales(args.per_head)
     if args.json:
         print(json.dumps({"out": str(out), "tokens": cal.tokens, "per_head": args.per_head,
@@ -53,7 +54,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-_USER_ERRORS = (FileNotFoundError, ValueError, NotImplementedError, TypeError, ImportError)
+_USER_ERRORS = (OSError, ValueError, NotImplementedError, TypeError, ImportError)
 
 
 def _guard(name: str, fn):
@@ -62,7 +63,9 @@ def _guard(name: str, fn):
         try:
             return fn(args)
         except _USER_ERRORS as e:
-            print(f"vtinfer {name}: {e}", file=sys.stderr)
+            msg = " ".join(str(e).split()) or type(e).__name__
+            msg = msg[len(name) + 2:] if msg.startswith(f"{name}: ") else msg  # no "calibrate: calibrate: ..."
+            print(f"vtinfer {name}: {msg}", file=sys.stderr)
             return 2
     return run
 
@@ -89,7 +92,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     k = sub.add_parser("calibrate", help="write a copy of a checkpoint with calibrated fp8 K/V scales")
     k.add_argument("model_dir")
-    k.add_argument("--out", required=True, help="output directory")
+    k.add_argument("--out", required=True, help="output directory: new or empty (never inside the model directory)")
+    k.add_argument("--overwrite", action="store_true",
+                   help="replace --out when it is a previous vtinfer output (nothing else is ever removed)")
     k.add_argument("--per-head", action="store_true", help="one scale per KV head (compressed-tensors attn_head)")
     k.add_argument("--tokens", type=int, default=2048, help="calibration tokens (default 2048)")
     k.add_argument("--format", choices=("modelopt", "compressed-tensors"), default="modelopt",
