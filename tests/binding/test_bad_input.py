@@ -607,6 +607,50 @@ def safetensors_shape_mismatch():
     return _scales_row(ValueError, "shape", _st(h.encode(), b"\0" * 4))
 
 
+# --- tensor parallelism, skip layers, per-head scales (#13)
+def _tp_row(exc, frag, **kw):
+    import vtinfer as vt
+    from vtinfer.testing.checkpoints import make_modelopt_checkpoint
+    d, _ = make_modelopt_checkpoint(tempfile.mkdtemp(prefix="vt-bad-tp-"))
+    return lambda: vt.PagedKVCache.from_checkpoint(d, num_blocks=2, **kw), exc, frag, []
+
+
+@row
+def tp_size_not_dividing_heads():
+    return _tp_row(ValueError, "must be divisible by tensor parallel size (3)", tensor_parallel_size=3)
+
+
+@row
+def tp_rank_negative():
+    return _tp_row(ValueError, "rank must be an int in [0, 2); got -1", tensor_parallel_size=2, rank=-1)
+
+
+@row
+def tp_rank_huge():
+    return _tp_row(ValueError, "rank must be an int in [0, 4); got 4", tensor_parallel_size=4, rank=4)
+
+
+@row
+def tp_size_zero():
+    return _tp_row(ValueError, "tensor_parallel_size must be a positive int; got 0", tensor_parallel_size=0)
+
+
+@row
+def tp_skip_layers_int():
+    return _tp_row(TypeError, "kv_cache_dtype_skip_layers must be a list of str", kv_cache_dtype_skip_layers=[0])
+
+
+@row
+def safetensors_per_head_scale_wrong_count():
+    import vtinfer as vt
+    from vtinfer.scales import write_safetensors
+    d = tempfile.mkdtemp(prefix="vt-bad-ph-")
+    p = str(Path(d, "model.safetensors"))
+    write_safetensors(p, {"model.layers.0.self_attn.k_scale": np.ones((3, 1, 1), np.float32)})
+    return (lambda: vt.load_kv_scales([p], 1, 2, per_head=True, num_heads=4), ValueError,
+            "model.layers.0.self_attn.k_scale must hold 2 or 1 element(s)", [])
+
+
 # ---------------------------------------------------------------- the child
 
 
