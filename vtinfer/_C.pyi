@@ -128,3 +128,22 @@ def flash_attn_varlen_func(
     return_lse: bool = False,
     num_threads: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]: ...
+
+# ---- vLLM's cache ops (csrc/binding/cacheops_binding.c) ----
+def swap_blocks(
+    src: Any, dst: Any, block_size_in_bytes: int, block_mapping: Any, *,
+    src_extent: int | None = None, dst_extent: int | None = None, num_threads: int | None = None,
+) -> None: ...
+def convert_fp8(output: Any, input: Any, scale: float = 1.0, kv_dtype: str = "fp8", *, num_threads: int | None = None) -> None: ...
+def gather_and_maybe_dequant_cache(
+    src_cache: Any, dst: Any, block_table: Any, cu_seq_lens: Any, token_to_seq: Any, num_tokens: int,
+    kv_cache_dtype: str, scale: float | None, seq_starts: Any = None, *, num_threads: int | None = None,
+) -> None: ...
+def cp_gather_cache(
+    src_cache: Any, dst: Any, block_table: Any, cu_seq_lens: Any, batch_size: int, seq_starts: Any = None, *,
+    num_threads: int | None = None,
+) -> None: ...
+def merge_attn_states(
+    output: Any, prefix_output: Any, prefix_lse: Any, suffix_output: Any, suffix_lse: Any, output_lse: Any = None,
+    prefill_tokens_with_context: int | None = None, output_scale: float | None = None, *, num_threads: int | None = None,
+) -> None: ...

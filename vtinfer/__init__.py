@@ -31,6 +31,13 @@ except ValueError as _e:  # a bad VTINFER_ISA: one line, not a traceback (issue 
     raise _err from None
 from vtinfer._C import ConfigError, VtinferError
 from vtinfer._attention import flash_attn_varlen_func
+from vtinfer._cache_ops import (
+    convert_fp8,
+    cp_gather_cache,
+    gather_and_maybe_dequant_cache,
+    merge_attn_states,
+    swap_blocks,
+)
 from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
 from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, PER_TOKEN_HEAD_DTYPES, DtypeInfo, dtype_info
 from vtinfer._kvcache import KVLayer, PagedKVCache, reshape_and_cache, reshape_and_cache_flash
@@ -95,10 +102,15 @@ __all__ = [
     "VtinferError",
     "build_info",
     "convert",
+    "convert_fp8",
+    "cp_gather_cache",
     "dtype_info",
     "flash_attn_varlen_func",
     "fp8_dequantize",
     "fp8_quantize",
+    "gather_and_maybe_dequant_cache",
+    "merge_attn_states",
     "reshape_and_cache",
     "reshape_and_cache_flash",
+    "swap_blocks",
 ]

@@ -28,8 +28,9 @@ def flash_attn_varlen_func(
     v: Any,
     *,
     cu_seqlens_q: Any,
-    seqused_k: Any,
-    block_table: Any,
+    seqused_k: Any = None,
+    block_table: Any = None,
+    cu_seqlens_k: Any = None,
     max_seqlen_q: int | None = None,
     max_seqlen_k: int | None = None,
     softmax_scale: float | None = None,
@@ -44,6 +45,9 @@ def flash_attn_varlen_func(
     out: Any = None,
     return_lse: bool = False,
     num_threads: int | None = None,
+    q_descale: Any = None,
+    q_dtype: str | None = None,
+    return_softmax_lse: bool = False,
 ) -> Any:
     """Paged attention with the meaning of vLLM's FlashAttention backend.
 
@@ -76,6 +80,12 @@ def flash_attn_varlen_func(
     block_table : int32 array, shape (B, max_blocks)
         Block ids in ``[0, num_blocks)`` (only the first
         ``ceil(seqused_k[b] / block_size)`` of a row are read).
+    cu_seqlens_k : int32 array, shape (B + 1,), optional
+        Non-paged varlen (vLLM's prefill form): with neither ``block_table``
+        nor ``seqused_k``, ``k``/``v`` are packed ``(total_k, H_kv, D)`` and
+        sequence ``b`` reads rows ``cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1``
+        (no copy: the packed arrays are read as a paged cache of block size
+        1 with the identity block table).
     max_seqlen_q, max_seqlen_k : int, optional
         Accepted for vLLM compatibility; when given, must be at least the
         real maxima.
@@ -104,6 +114,15 @@ def flash_attn_varlen_func(
         with nothing to attend to).
     num_threads : int, optional
         Default ``VTINFER_NUM_THREADS`` or the CPU affinity count.
+    q_descale : float or array, shape (), (H_kv,) or (B, H_kv), optional
+        fp8 queries only (ignored otherwise, as FlashAttention-3 ignores
+        it): the logits are computed from ``decode(q) * q_descale[b, g]``.
+    q_dtype : {"fp8", "fp8_e4m3", "fp8_e5m2"}, optional
+        Names the format of uint8 query codes (default: the fp8
+        ``kv_cache_dtype``). float8 q (ml_dtypes or torch) needs neither.
+        An fp8 q (FlashAttention-3's rule) gives a bfloat16 ``out``.
+    return_softmax_lse : bool
+        vLLM's name for ``return_lse``.
 
     Returns
     -------
@@ -113,6 +132,25 @@ def flash_attn_varlen_func(
     device through the CUDA arm (``vtinfer._cuda``; ``num_threads`` is
     ignored there).
     """
+    fn = "flash_attn_varlen_func"
+    return_lse = bool(return_lse or return_softmax_lse)
+    if cu_seqlens_k is not None or (block_table is None and seqused_k is None):
+        if seqused_k is not None or block_table is not None:
+            raise ValueError(
+                f"{fn}: cu_seqlens_k must not be combined with seqused_k/block_table (vLLM's rule: the paged form "
+                "takes seqused_k and block_table, the packed form cu_seqlens_k); got both"
+            )
+        if cu_seqlens_k is None:
+            raise ValueError(f"{fn}: seqused_k and block_table (paged) or cu_seqlens_k (packed) must be given; got none")
+    elif block_table is None or seqused_k is None:
+        raise ValueError(f"{fn}: block_table and seqused_k must be given together; got only one")
+    fp8_q = _fp8_query_format(q, q_dtype, kv_cache_dtype, fn)
+    if _cuda_ops.is_cuda(q) and (cu_seqlens_k is not None or fp8_q is not None):
+        raise NotImplementedError(f"{fn}: cu_seqlens_k and fp8 queries are not supported on CUDA tensors yet")
+    if cu_seqlens_k is not None:
+        k, v, seqused_k, block_table = _packed_as_paged(k, v, cu_seqlens_q, cu_seqlens_k, fn)
+    if fp8_q is not None:
+        q, k_descale = _dequantize_query(q, fp8_q, q_descale, k_descale, cu_seqlens_q, k, fn)
     if _cuda_ops.is_cuda(q):
         return _cuda_ops.flash_attn_varlen_func(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
@@ -142,3 +180,99 @@ def flash_attn_varlen_func(
         return_lse=return_lse,
         num_threads=num_threads,
     )
+
+
+_FP8_Q_NAMES = {"fp8": "e4m3", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
+def _dtype_name(x: Any) -> str:
+    d = getattr(x, "dtype", None)
+    return str(d).removeprefix("torch.") if d is not None else ""
+
+
+def _fp8_query_format(q: Any, q_dtype: str | None, kv_cache_dtype: str, fn: str) -> str | None:
+    """'e4m3'/'e5m2' for an fp8 query (float8 dtype, or uint8 codes), else None."""
+    name = _dtype_name(q)
+    implied = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}.get(name)
+    if q_dtype is not None and q_dtype not in _FP8_Q_NAMES:
+        raise ValueError(f"{fn}: q_dtype must be 'fp8', 'fp8_e4m3' or 'fp8_e5m2'; got {q_dtype!r}")
+    if implied is not None:
+        if q_dtype is not None and _FP8_Q_NAMES[q_dtype] != implied:
+            raise TypeError(f"{fn}: q of dtype {name} must be read with q_dtype 'fp8_{implied}'; got {q_dtype!r}")
+        return implied
+    if name == "uint8":
+        if q_dtype is not None:
+            return _FP8_Q_NAMES[q_dtype]
+        if kv_cache_dtype in _FP8_Q_NAMES:
+            return _FP8_Q_NAMES[kv_cache_dtype]
+        raise TypeError(
+            f"{fn}: q of uint8 codes must have q_dtype (or an fp8 kv_cache_dtype) naming the format; got neither"
+        )
+    if q_dtype is not None:
+        raise TypeError(f"{fn}: q must hold fp8 codes (uint8 or float8) when q_dtype is given; got {name or type(q).__name__}")
+    return None
+
+
+def _index_array(x: Any, name: str, fn: str) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.dtype != np.int32 or a.ndim != 1:
+        raise TypeError(f"{fn}: {name} must be a 1-D int32 array; got {a.ndim}-D {a.dtype}")
+    return a
+
+
+def _packed_as_paged(k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, fn: str) -> tuple[Any, Any, Any, Any]:
+    """Packed (total_k, H_kv, D) K/V as a paged cache of block size 1."""
+    cu_k = _index_array(cu_seqlens_k, "cu_seqlens_k", fn)
+    n_q = len(cu_seqlens_q)
+    if len(cu_k) != n_q:
+        raise ValueError(f"{fn}: cu_seqlens_k must have len(cu_seqlens_q) = {n_q} elements; got {len(cu_k)}")
+    for name, x in (("k", k), ("v", v)):
+        if len(getattr(x, "shape", ())) != 3:
+            raise ValueError(f"{fn}: {name} must have 3 dimensions (total_k, H_kv, D) with cu_seqlens_k; got shape "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+    total_k = int(k.shape[0])
+    if tuple(v.shape[:1]) != (total_k,):
+        raise ValueError(f"{fn}: v must have k's {total_k} rows; got {int(v.shape[0])}")
+    if len(cu_k) and (cu_k[0] < 0 or np.any(np.diff(cu_k) < 0) or cu_k[-1] > total_k):
+        raise ValueError(
+            f"{fn}: cu_seqlens_k must be non-decreasing from >= 0 and end <= total_k = {total_k}; got {cu_k.tolist()}"
+        )
+    if total_k == 0:
+        raise ValueError(f"{fn}: k must have at least one row with cu_seqlens_k; got 0")
+    lens = np.diff(cu_k).astype(np.int32)
+    width = max(int(lens.max()) if len(lens) else 1, 1)
+    table = np.zeros((len(lens), width), np.int32)
+    for b, (start, n) in enumerate(zip(cu_k[:-1].tolist(), lens.tolist())):
+        table[b, :n] = np.arange(start, start + n, dtype=np.int32)
+    return k[:, None], v[:, None], np.ascontiguousarray(lens), table
+
+
+def _dequantize_query(
+    q: Any, fmt: str, q_descale: Any, k_descale: Any, cu_seqlens_q: Any, k: Any, fn: str
+) -> tuple[np.ndarray, Any]:
+    """fp8 q decoded exactly to bfloat16; q_descale folded into k_descale (both scale the logits)."""
+    import ml_dtypes
+
+    if hasattr(q, "detach"):
+        q = q.detach().contiguous()
+    codes = _C.fp8_dequantize(q, 1.0, fmt, dtype=ml_dtypes.bfloat16)
+    if q_descale is None:
+        return codes, k_descale
+    batch = len(cu_seqlens_q) - 1
+    h_kv = int(k.shape[2])
+    qd = _f32(q_descale, "q_descale")
+    assert qd is not None
+    if qd.shape not in ((), (1,), (h_kv,), (batch, h_kv)):
+        raise ValueError(
+            f"{fn}: q_descale must have shape (), ({h_kv},) or ({batch}, {h_kv}) (num_seqs, num_kv_heads); got {qd.shape}"
+        )
+    if not np.all(np.isfinite(qd) & (qd > 0)):
+        raise ValueError(f"{fn}: q_descale must be finite and > 0; got {qd.ravel()[:8].tolist()}")
+    kd = np.float32(1.0) if k_descale is None else _f32(k_descale, "k_descale")
+    try:
+        merged = np.broadcast_to(np.asarray(kd, np.float32), (batch, h_kv)) * np.broadcast_to(qd, (batch, h_kv))
+    except ValueError as e:
+        raise ValueError(f"{fn}: k_descale must have shape (), ({h_kv},) or ({batch}, {h_kv}); got {np.shape(kd)}") from e
+    return codes, np.ascontiguousarray(merged, np.float32)

@@ -66,5 +66,6 @@ int vt_codec_exec(PyObject *m, vt_module_state *st);
 int vt_attention_exec(PyObject *m, vt_module_state *st);
 int vt_kvcache_exec(PyObject *m, vt_module_state *st);
 int vt_resolver_exec(PyObject *m, vt_module_state *st);
+int vt_cacheops_exec(PyObject *m, vt_module_state *st);
 
 #endif /* VTINFER_BINDING_H */

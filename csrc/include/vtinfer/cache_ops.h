@@ -1,0 +1,155 @@
+/* vtinfer public C API: vLLM's cache operations on the CPU.
+ *
+ * Each op takes one plain params struct, checks every argument and every
+ * index before it writes a byte, and never allocates. Names in messages
+ * are the Python ones (`fn` names the function; NULL: the C name).
+ *
+ *   swap_blocks        for pair i in order:
+ *                        dst[m[i,1]*B : (m[i,1]+1)*B] = src[m[i,0]*B : (m[i,0]+1)*B]   (bytes, B = block_bytes)
+ *   convert_fp8        float -> codes: code = encode(x / scale) (RNE, saturating; the codec's store rule)
+ *                      codes -> float: x = decode(code) * scale (exact decode, float32 product, rounded to dst)
+ *                      float -> float: a plain conversion (scale ignored, as vLLM's "auto")
+ *   gather_cache       for token t in [0, num_tokens) of sequence b (token_to_seq[t], or the b with
+ *                      cu_seq_lens[b] <= t < cu_seq_lens[b+1]), position pos = t - cu_seq_lens[b]
+ *                      + seq_starts[b] (0 without seq_starts):
+ *                        dst[t] = dequant(src[block_table[b, pos / block_size], pos % block_size]) * scale
+ *                      (fp8 codes), or the entry converted/copied (plain dtypes). A t with
+ *                      t >= cu_seq_lens[b+1] is skipped (vLLM's padding tokens).
+ *   merge_attn_states  per token t and head h, with p = prefix_lse[h, t], s = suffix_lse[h, t], each
+ *                      +inf read as -inf (FlashAttention-2's empty row), m = max(p, s):
+ *                        t >= prefill_tokens_with_context: out = suffix_out, out_lse = suffix_lse (as read)
+ *                        m = -inf:                         out = 0, out_lse = -inf
+ *                        otherwise: a = e^(p-m), b = e^(s-m),
+ *                          out = prefix_out * a/(a+b) + suffix_out * b/(a+b), out_lse = log(a+b) + m
+ *                      computed in float32, rounded to out's dtype (fp8: encode(out / output_scale)). */
+#ifndef VTINFER_CACHE_OPS_H
+#define VTINFER_CACHE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vtinfer/dtype.h"
+#include "vtinfer/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vt_swap_blocks_params {
+    const char *fn;
+    /* src: read, src_extent bytes readable from src; dst: written,
+     * dst_extent bytes writable from dst. */
+    const void *src;
+    int64_t src_extent;
+    void *dst;
+    int64_t dst_extent;
+    int64_t block_bytes; /* > 0 */
+    /* block_mapping [num_pairs, 2] int64, element strides; read. */
+    const int64_t *block_mapping;
+    int64_t num_pairs;
+    int64_t map_stride_pair, map_stride_col;
+} vt_swap_blocks_params;
+
+/* Status: VT_OK; VT_ERR_VALUE (block_bytes <= 0, NULL pointers);
+ * VT_ERR_INDEX (a block id negative or past the extent). Pairs are copied
+ * in order (memmove), so chains within one buffer behave as vLLM's
+ * sequential copies; threads split each block's bytes, never the order. */
+VT_API vt_status vt_swap_blocks(const vt_swap_blocks_params *p, int num_threads, vt_error *err);
+
+typedef struct vt_convert_fp8_params {
+    const char *fn;
+    const void *src; /* [n] elements of src_dtype, read */
+    vt_dtype src_dtype;
+    void *dst;       /* [n] elements of dst_dtype, written; must not overlap src */
+    vt_dtype dst_dtype;
+    size_t n;
+    float scale;     /* finite > 0 */
+    /* The fp8 format of the code side (VT_DTYPE_FP8_E4M3 / _E5M2). With
+     * src and dst both F32/F16/BF16 it is ignored. Codes are passed with
+     * src_dtype/dst_dtype = the fp8 format. */
+    vt_dtype fmt;
+} vt_convert_fp8_params;
+
+/* Status: VT_OK; VT_ERR_TYPE (dtype pair not float<->codes or
+ * float<->float, or codes whose format differs from fmt); VT_ERR_VALUE
+ * (scale). */
+VT_API vt_status vt_convert_fp8(const vt_convert_fp8_params *p, int num_threads, vt_error *err);
+
+typedef struct vt_gather_cache_params {
+    const char *fn;
+    /* src [num_blocks, block_size, entry_rows, row_len], read. Byte strides;
+     * row_len elements contiguous. src_dtype: F32/F16/BF16 or an fp8
+     * format (the bytes are codes). */
+    const void *src;
+    vt_dtype src_dtype;
+    int64_t num_blocks, block_size, entry_rows, row_len;
+    int64_t src_stride_block, src_stride_tok, src_stride_row;
+    /* dst [dst_tokens, entry_rows, row_len], written (rows of tokens that
+     * are skipped are not touched). Byte strides; row_len contiguous. */
+    void *dst;
+    vt_dtype dst_dtype;
+    int64_t dst_tokens;
+    int64_t dst_stride_tok, dst_stride_row;
+    /* Sequences: cu_seq_lens [batch + 1], block_table [batch, max_blocks]
+     * (row stride bt_stride elements), seq_starts [batch] or NULL,
+     * token_to_seq [num_tokens] or NULL (then every sequence's tokens
+     * cu_seq_lens[b] .. cu_seq_lens[b+1]-1 are gathered, as cp_gather_cache
+     * does; num_tokens is ignored). All read. */
+    int64_t batch;
+    const int32_t *cu_seq_lens;
+    const int32_t *block_table;
+    int64_t max_blocks, bt_stride;
+    const int32_t *seq_starts;
+    const int32_t *token_to_seq;
+    int64_t num_tokens;
+    /* Dequantization scale of an fp8 src (one element, finite > 0); NULL
+     * means 1. Ignored for plain dtypes. */
+    const float *scale;
+} vt_gather_cache_params;
+
+/* A plain src must have dst's dtype (the bytes are copied); an fp8 src is
+ * decoded to a F32/F16/BF16 dst. Status: VT_OK; VT_ERR_TYPE (dtypes);
+ * VT_ERR_VALUE (shapes, cu_seq_lens not non-decreasing from >= 0, a token
+ * outside its sequence, a gathered row past dst_tokens, scale);
+ * VT_ERR_INDEX (token_to_seq outside [0, batch), a position past the
+ * block table row, a block id outside [0, num_blocks)). */
+VT_API vt_status vt_gather_cache(const vt_gather_cache_params *p, int num_threads, vt_error *err);
+
+typedef struct vt_merge_attn_params {
+    const char *fn;
+    int64_t num_tokens, num_heads, head_size;
+    /* prefix_output, suffix_output [num_tokens, num_heads, head_size] in
+     * in_dtype (F32/F16/BF16), read. Byte strides; head_size contiguous. */
+    const void *prefix_output, *suffix_output;
+    vt_dtype in_dtype;
+    int64_t prefix_stride_tok, prefix_stride_head;
+    int64_t suffix_stride_tok, suffix_stride_head;
+    /* prefix_lse, suffix_lse [num_heads, num_tokens] float32, element
+     * strides, read. */
+    const float *prefix_lse, *suffix_lse;
+    int64_t prefix_lse_stride_head, prefix_lse_stride_tok;
+    int64_t suffix_lse_stride_head, suffix_lse_stride_tok;
+    /* output [num_tokens, num_heads, head_size] in out_dtype (F32/F16/BF16,
+     * or an fp8 format with output_scale), written; byte strides. */
+    void *output;
+    vt_dtype out_dtype;
+    int64_t out_stride_tok, out_stride_head;
+    /* output_lse [num_heads, num_tokens] float32 or NULL, written. */
+    float *output_lse;
+    int64_t out_lse_stride_head, out_lse_stride_tok;
+    /* Tokens [prefill_tokens_with_context, num_tokens) copy the suffix;
+     * in [0, num_tokens]. */
+    int64_t prefill_tokens_with_context;
+    /* One element, finite > 0, for an fp8 output; NULL otherwise. */
+    const float *output_scale;
+} vt_merge_attn_params;
+
+/* Status: VT_OK; VT_ERR_TYPE (dtypes, fp8 output without output_scale or
+ * output_scale with a float output); VT_ERR_VALUE (shapes, NULL pointers,
+ * prefill_tokens_with_context out of range, output_scale). */
+VT_API vt_status vt_merge_attn_states(const vt_merge_attn_params *p, int num_threads, vt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VTINFER_CACHE_OPS_H */
