@@ -141,9 +141,10 @@ def flash_attn_varlen_func(
                 "takes seqused_k and block_table, the packed form cu_seqlens_k); got both"
             )
         if cu_seqlens_k is None:
-            raise ValueError(f"{fn}: seqused_k and block_table (paged) or cu_seqlens_k (packed) must be given; got none")
+            raise TypeError(f"{fn}: seqused_k and block_table (paged) or cu_seqlens_k (packed) must be given; got none")
     elif block_table is None or seqused_k is None:
-        raise ValueError(f"{fn}: block_table and seqused_k must be given together; got only one")
+        missing = "block_table" if block_table is None else "seqused_k"
+        raise TypeError(f"{fn}: block_table and seqused_k must be given together (the paged form); {missing} missing")
     fp8_q = _fp8_query_format(q, q_dtype, kv_cache_dtype, fn)
     if _cuda_ops.is_cuda(q) and (cu_seqlens_k is not None or fp8_q is not None):
         raise NotImplementedError(f"{fn}: cu_seqlens_k and fp8 queries are not supported on CUDA tensors yet")

@@ -36,7 +36,7 @@ static vt_tensor *pin(vt_module_state *st, pins *p, PyObject *obj, const char *f
     vt_tensor *t = &p->t[p->n];
     if (vt_tensor_from_object(st, obj, fn, arg, flags, t) < 0) return NULL;
     p->n++;
-    if (vt_tensor_check(t, fn, arg, mask, ndim) < 0) return NULL;
+    if (vt_tensor_check(t, fn, arg, mask, ndim, VT_MEMORY_CPU) < 0) return NULL;
     return t;
 }
 
@@ -60,8 +60,8 @@ static int last_dim_ok(const vt_tensor *t, const char *fn, const char *arg) {
 }
 
 static int no_overlap(const vt_tensor *a, const char *an, const vt_tensor *b, const char *bn, const char *fn) {
-    if (a && b && vt_tensor_overlap(a, b)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must not overlap %s", fn, an, bn);
+    if (a && b && vt_tensor_share_elements(a, b)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must not share elements with %s", fn, an, bn);
         return -1;
     }
     return 0;

@@ -151,8 +151,8 @@ def attn_args():
 
 ATTN_CASES = [
     ("cu_k_with_seqused", dict(cu_seqlens_k=np.array([0, 5, 9], np.int32)), ValueError, "cu_seqlens_k"),
-    ("table_without_seqused", dict(seqused_k=None), ValueError, "seqused_k"),
-    ("nothing_for_k", dict(seqused_k=None, block_table=None), ValueError, "cu_seqlens_k"),
+    ("table_without_seqused", dict(seqused_k=None), TypeError, "seqused_k"),
+    ("nothing_for_k", dict(seqused_k=None, block_table=None), TypeError, "cu_seqlens_k"),
     ("cu_k_length", dict(seqused_k=None, block_table=None, cu_seqlens_k=np.array([0, 5], np.int32),
                          k=np.zeros((9, 2, 16), np.float32), v=np.zeros((9, 2, 16), np.float32)), ValueError,
      "cu_seqlens_k"),
