@@ -19,6 +19,7 @@
 #include "vt_binding.h"
 #include "vt_dlpack.h"
 #include "vtinfer/kvcache.h"
+#include "vt_store_args.h"
 
 #include <string.h>
 
@@ -32,30 +33,11 @@ static const char *layout_name(vt_kv_layout l) { return l == VT_KV_LAYOUT_HND ? 
 
 /* ---------------------------------------------------------------- scales */
 
-/* Parse a scale argument into float32 values: a number, or an array of
- * n_options[i] elements with the given rank. Returns a new float32
- * C-contiguous array or NULL with an exception set. */
-static PyArrayObject *scale_array(PyObject *obj, const char *fn, const char *arg) {
-    if (PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number or an array of them; got bool", fn, arg);
-        return NULL;
-    }
-    PyObject *a = PyArray_FromAny(obj, PyArray_DescrFromType(NPY_FLOAT32), 0, 2,
-                                  NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, NULL);
-    if (!a) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number or an array of at most 2 dimensions; got %s", fn,
-                     arg, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    return (PyArrayObject *)a;
-}
-
 /* Cache scales: a number, [num_layers] or [num_layers, num_kv_heads]. */
 static int cache_scale_parse(const vt_kv_cache *c, PyObject *obj, const char *arg, PyArrayObject **out,
                              vt_kv_scale_mode *mode) {
     static const char fn[] = "PagedKVCache";
-    PyArrayObject *a = scale_array(obj, fn, arg);
+    PyArrayObject *a = vt_scale_array(obj, fn, arg);
     if (!a) return -1;
     int nd = PyArray_NDIM(a);
     npy_intp *sh = PyArray_DIMS(a);
@@ -114,24 +96,6 @@ static PyObject *cache_get_scales(const vt_kv_cache *c, int which) {
     return a;
 }
 
-/* ------------------------------------------------------- dtype arguments */
-
-/* A dtype name of the table, or "auto" (returns VT_DTYPE_AUTO). */
-static int parse_dtype_name(PyObject *obj, const char *fn, const char *arg, int *out) {
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a str naming a dtype; got %s", fn, arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    const char *s = PyUnicode_AsUTF8(obj);
-    if (!s) return -1;
-    vt_error err;
-    if (vt_dtype_from_name(s, arg, out, &err) != VT_OK) {
-        PyErr_Format(PyExc_ValueError, "%s: %s", fn, err.message);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------- the type */
 
 static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -146,13 +110,13 @@ static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
                                      &layout_obj, &k_obj, &v_obj, &model_obj))
         return NULL;
     int dtype;
-    if (parse_dtype_name(dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
+    if (vt_parse_dtype_name(dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
     if (dtype == VT_DTYPE_AUTO) {
         if (model_obj == Py_None) {
             PyErr_Format(PyExc_ValueError, "%s: model_dtype must be given when dtype is 'auto'; got None", fn);
             return NULL;
         }
-        if (parse_dtype_name(model_obj, fn, "model_dtype", &dtype) < 0) return NULL;
+        if (vt_parse_dtype_name(model_obj, fn, "model_dtype", &dtype) < 0) return NULL;
         if (dtype == VT_DTYPE_AUTO || vt_dtype_get(dtype)->scale_kind != VT_SCALE_NONE) {
             PyErr_Format(PyExc_ValueError, "%s: model_dtype must be float32, float16 or bfloat16; got %R", fn,
                          model_obj);
@@ -483,67 +447,9 @@ static PyObject *kv_dlpack_device(PyObject *self, PyObject *unused) {
 
 /* ---- store / gather ---- */
 
-/* Pin key, value [T, H, D] (float, same dtype, last dim contiguous: a
- * NumPy array that is not gets copied) and slot_mapping int64 [n] with
- * n <= T. H, D < 0: taken from key. */
-typedef struct kv_inputs {
-    vt_tensor key, value, slots;
-} kv_inputs;
-
-static void kv_inputs_release(kv_inputs *in) {
-    vt_tensor_release(&in->key);
-    vt_tensor_release(&in->value);
-    vt_tensor_release(&in->slots);
-}
-
-static int last_dim_contiguous(const vt_tensor *t) {
-    return t->ndim == 0 || t->shape[t->ndim - 1] <= 1 || t->strides[t->ndim - 1] == (int64_t)t->itemsize;
-}
-
-static int pin_kv_inputs(vt_module_state *st, const char *fn, PyObject *k_obj, PyObject *v_obj, PyObject *s_obj,
-                         int64_t H, int64_t D, kv_inputs *in) {
-    memset(in, 0, sizeof *in);
-    if (vt_tensor_from_object(st, k_obj, fn, "key", 0, &in->key) < 0) return -1;
-    if (vt_tensor_from_object(st, v_obj, fn, "value", 0, &in->value) < 0) goto fail;
-    if (vt_tensor_from_object(st, s_obj, fn, "slot_mapping", 0, &in->slots) < 0) goto fail;
-    if (vt_tensor_check(&in->key, fn, "key", VT_ELEMS_FLOAT, 3, VT_MEMORY_CPU) < 0 ||
-        vt_tensor_check(&in->value, fn, "value", VT_ELEMS_FLOAT, 3, VT_MEMORY_CPU) < 0 ||
-        vt_tensor_check(&in->slots, fn, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), 1, VT_MEMORY_CPU) < 0)
-        goto fail;
-    if (in->key.elem != in->value.elem) {
-        PyErr_Format(PyExc_TypeError, "%s: value must have key's dtype %s; got %s", fn, in->key.dtype_name,
-                     in->value.dtype_name);
-        goto fail;
-    }
-    if (H < 0) H = in->key.shape[1];
-    if (D < 0) D = in->key.shape[2];
-    for (int i = 0; i < 2; i++) {
-        const vt_tensor *t = i ? &in->value : &in->key;
-        if (t->shape[1] != H || t->shape[2] != D) {
-            PyErr_Format(PyExc_ValueError, "%s: %s must have shape [num_tokens, %lld, %lld]; got [%lld, %lld, %lld]",
-                         fn, i ? "value" : "key", (long long)H, (long long)D, (long long)t->shape[0],
-                         (long long)t->shape[1], (long long)t->shape[2]);
-            goto fail;
-        }
-    }
-    if (in->key.shape[0] != in->value.shape[0]) {
-        PyErr_Format(PyExc_ValueError, "%s: value must have key's token count %lld; got %lld", fn,
-                     (long long)in->key.shape[0], (long long)in->value.shape[0]);
-        goto fail;
-    }
-    if (in->slots.shape[0] > in->key.shape[0]) {
-        PyErr_Format(PyExc_ValueError, "%s: slot_mapping must have at most key.shape[0] = %lld elements; got %lld", fn,
-                     (long long)in->key.shape[0], (long long)in->slots.shape[0]);
-        goto fail;
-    }
-    if ((!last_dim_contiguous(&in->key) && vt_tensor_contiguous_input(st, &in->key, fn, "key") < 0) ||
-        (!last_dim_contiguous(&in->value) && vt_tensor_contiguous_input(st, &in->value, fn, "value") < 0) ||
-        vt_tensor_contiguous_input(st, &in->slots, fn, "slot_mapping") < 0)
-        goto fail;
-    return 0;
-fail:
-    kv_inputs_release(in);
-    return -1;
+/* vtinfer._C's front door for the shared argument layer. */
+static int cpu_pin(void *ctx, PyObject *obj, const char *fn, const char *arg, int flags, vt_tensor *t) {
+    return vt_tensor_from_object((vt_module_state *)ctx, obj, fn, arg, flags, t);
 }
 
 /* The layer's K or V storage as a flat byte tensor, for the overlap test. */
@@ -558,7 +464,7 @@ static void layer_region(const KVCacheObject *self, int64_t layer, int which, vt
 }
 
 /* An input that is a view into the layer it is stored into is refused. */
-static int refuse_inputs_in_layer(const KVCacheObject *self, const char *fn, int64_t layer, const kv_inputs *in) {
+static int refuse_inputs_in_layer(const KVCacheObject *self, const char *fn, int64_t layer, const vt_store_call *in) {
     vt_tensor kr, vr;
     layer_region(self, layer, 0, &kr);
     layer_region(self, layer, 1, &vr);
@@ -585,11 +491,11 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
     int nth;
     if (kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
-    kv_inputs in;
-    if (pin_kv_inputs(st, fn, k_obj, v_obj, s_obj, self->c->cfg.num_kv_heads, self->c->cfg.head_size, &in) < 0)
-        return NULL;
-    if (refuse_inputs_in_layer(self, fn, layer, &in) < 0) {
-        kv_inputs_release(&in);
+    vt_store_call in = {.fn = fn, .mem = VT_MEMORY_CPU};
+    if (vt_store_pin_inputs(&in, cpu_pin, st, k_obj, v_obj, s_obj, self->c->cfg.num_kv_heads,
+                            self->c->cfg.head_size) < 0 ||
+        vt_copy_inputs_contiguous(st, &in) < 0 || refuse_inputs_in_layer(self, fn, layer, &in) < 0) {
+        vt_store_release(&in);
         return NULL;
     }
     vt_error err;
@@ -601,7 +507,7 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
                           in.slots.shape[0], nth, &err);
     Py_END_ALLOW_THREADS
     self->exports--;
-    kv_inputs_release(&in);
+    vt_store_release(&in);
     if (s != VT_OK) return vt_raise(st, &err);
     Py_RETURN_NONE;
 }
@@ -809,238 +715,10 @@ static PyType_Spec kv_spec = {
     .slots = kv_slots,
 };
 
-/* ------------------------------------------------- functional forms */
-
-/* Parse k_scale / v_scale of the functional forms: one element or [H]. */
-static PyArrayObject *fn_scale(PyObject *obj, const char *fn, const char *arg, int64_t H, int *per_head) {
-    PyArrayObject *a = scale_array(obj, fn, arg);
-    if (!a) return NULL;
-    npy_intp n = PyArray_SIZE(a);
-    if (PyArray_NDIM(a) > 1 || (n != 1 && n != H)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 or num_kv_heads = %lld elements; got %lld", fn, arg,
-                     (long long)H, (long long)n);
-        Py_DECREF(a);
-        return NULL;
-    }
-    *per_head = n != 1;
-    return a;
-}
-
-/* Does a cache tensor's element type fit kv_cache_dtype (given key's dtype
- * for "auto")? Returns the storage dtype or -1 with TypeError set. */
-static int cache_dtype_for(const char *fn, const char *arg, const vt_tensor *cache, int kv_dtype, vt_elem key_elem) {
-    int want = kv_dtype == VT_DTYPE_AUTO ? (int)key_elem : kv_dtype;
-    const vt_dtype_info *di = vt_dtype_get(want);
-    int ok = di->is_fp8 ? (cache->elem == VT_ELEM_U8 || (int)cache->elem == want) : (int)cache->elem == want;
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must have dtype %s%s for kv_cache_dtype %s; got %s", fn, arg,
-                     di->is_fp8 ? "uint8 or " : "", di->numpy_name,
-                     kv_dtype == VT_DTYPE_AUTO ? "'auto' (key's dtype)" : di->name, cache->dtype_name);
-        return -1;
-    }
-    return want;
-}
-
-static int fill_dst_flash(const char *fn, const char *arg, const vt_tensor *t, int hnd, int64_t D, vt_kv_dst *d) {
-    if (!last_dim_contiguous(t)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have a contiguous last dimension (stride %zu bytes); got %lld", fn,
-                     arg, t->itemsize, (long long)t->strides[3]);
-        return -1;
-    }
-    d->base = t->data;
-    d->stride_block = t->strides[0];
-    d->stride_slot = hnd ? t->strides[2] : t->strides[1];
-    d->stride_head = hnd ? t->strides[1] : t->strides[2];
-    d->stride_chunk = 0;
-    d->chunk = D;
-    return 0;
-}
-
-static PyObject *store_common(PyObject *m, PyObject *args, PyObject *kw, int xsplit) {
-    const char *fn = xsplit ? "reshape_and_cache" : "reshape_and_cache_flash";
-    static char *kwlist_flash[] = {"key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype",
-                                   "k_scale", "v_scale", "layout", "num_threads", NULL};
-    static char *kwlist_x[] = {"key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype",
-                               "k_scale", "v_scale", "num_threads", NULL};
-    vt_module_state *st = vt_state(m);
-    PyObject *k_obj, *v_obj, *kc_obj, *vc_obj, *s_obj, *dt_obj, *ks_obj, *vs_obj, *layout_obj = Py_None,
-                                                                           *nt_obj = Py_None;
-    int ok = xsplit ? PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOO|$O:reshape_and_cache", kwlist_x, &k_obj, &v_obj,
-                                                  &kc_obj, &vc_obj, &s_obj, &dt_obj, &ks_obj, &vs_obj, &nt_obj)
-                    : PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOO|$OO:reshape_and_cache_flash", kwlist_flash,
-                                                  &k_obj, &v_obj, &kc_obj, &vc_obj, &s_obj, &dt_obj, &ks_obj, &vs_obj,
-                                                  &layout_obj, &nt_obj);
-    if (!ok) return NULL;
-    int kv_dtype, nth, hnd = 0;
-    if (parse_dtype_name(dt_obj, fn, "kv_cache_dtype", &kv_dtype) < 0) return NULL;
-    if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
-    if (layout_obj != Py_None) {
-        const char *s = PyUnicode_Check(layout_obj) ? PyUnicode_AsUTF8(layout_obj) : NULL;
-        if (s && strcmp(s, "HND") == 0) hnd = 1;
-        else if (!(s && strcmp(s, "NHD") == 0)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "%s: layout must be None, 'NHD' or 'HND'; got %R", fn, layout_obj);
-            return NULL;
-        }
-    }
-    kv_inputs in;
-    if (pin_kv_inputs(st, fn, k_obj, v_obj, s_obj, -1, -1, &in) < 0) return NULL;
-    const int64_t H = in.key.shape[1], D = in.key.shape[2];
-    vt_tensor kc, vc;
-    memset(&vc, 0, sizeof vc);
-    PyArrayObject *ks = NULL, *vs = NULL;
-    int kph = 0, vph = 0;
-    if (vt_tensor_from_object(st, kc_obj, fn, "key_cache", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &kc) < 0) {
-        kv_inputs_release(&in);
-        return NULL;
-    }
-    if (vt_tensor_from_object(st, vc_obj, fn, "value_cache", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &vc) < 0)
-        goto fail;
-    const unsigned cache_mask = VT_ELEMS_FLOAT | VT_ELEMS_CODES;
-    if (vt_tensor_check(&kc, fn, "key_cache", cache_mask, xsplit ? 5 : 4, VT_MEMORY_CPU) < 0 ||
-        vt_tensor_check(&vc, fn, "value_cache", cache_mask, 4, VT_MEMORY_CPU) < 0)
-        goto fail;
-    vt_kv_store_params p;
-    memset(&p, 0, sizeof p);
-    int64_t nb, bs;
-    if (!xsplit) {
-        nb = kc.shape[0];
-        bs = hnd ? kc.shape[2] : kc.shape[1];
-        int64_t want[4] = {nb, hnd ? H : bs, hnd ? bs : H, D};
-        for (int w = 0; w < 2; w++) {
-            const vt_tensor *t = w ? &vc : &kc;
-            for (int i = 0; i < 4; i++)
-                if (t->shape[i] != want[i]) {
-                    PyErr_Format(PyExc_ValueError,
-                                 "%s: %s must have shape %s = [%lld, %lld, %lld, %lld] (H_kv and D from key); got "
-                                 "[%lld, %lld, %lld, %lld]",
-                                 fn, w ? "value_cache" : "key_cache",
-                                 hnd ? "[num_blocks, H_kv, block_size, D]" : "[num_blocks, block_size, H_kv, D]",
-                                 (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3],
-                                 (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
-                                 (long long)t->shape[3]);
-                    goto fail;
-                }
-        }
-    } else {
-        nb = kc.shape[0];
-        bs = kc.shape[3];
-        int64_t x = kc.shape[4];
-        if (x <= 0 || D % x != 0 || kc.shape[1] != H || kc.shape[2] != D / x) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: key_cache must have shape [num_blocks, H_kv=%lld, D/x, block_size, x] with x dividing "
-                         "D=%lld; got [%lld, %lld, %lld, %lld, %lld]",
-                         fn, (long long)H, (long long)D, (long long)kc.shape[0], (long long)kc.shape[1],
-                         (long long)kc.shape[2], (long long)kc.shape[3], (long long)kc.shape[4]);
-            goto fail;
-        }
-        if (vc.shape[0] != nb || vc.shape[1] != H || vc.shape[2] != D || vc.shape[3] != bs) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: value_cache must have shape [num_blocks, H_kv, D, block_size] = [%lld, %lld, %lld, "
-                         "%lld]; got [%lld, %lld, %lld, %lld]",
-                         fn, (long long)nb, (long long)H, (long long)D, (long long)bs, (long long)vc.shape[0],
-                         (long long)vc.shape[1], (long long)vc.shape[2], (long long)vc.shape[3]);
-            goto fail;
-        }
-    }
-    int cdt = cache_dtype_for(fn, "key_cache", &kc, kv_dtype, in.key.elem);
-    if (cdt < 0 || cache_dtype_for(fn, "value_cache", &vc, kv_dtype, in.key.elem) < 0) goto fail;
-    if (vt_dtype_get(cdt)->is_fp8) {
-        if (!(ks = fn_scale(ks_obj, fn, "k_scale", H, &kph)) || !(vs = fn_scale(vs_obj, fn, "v_scale", H, &vph)))
-            goto fail;
-        if (kph != vph) {
-            /* Expand the one-element scale so both index by head. */
-            PyArrayObject **one = kph ? &vs : &ks;
-            npy_intp dims[1] = {(npy_intp)H};
-            PyObject *e = PyArray_SimpleNew(1, dims, NPY_FLOAT32);
-            if (!e) goto fail;
-            float v0 = *(float *)PyArray_DATA(*one);
-            for (int64_t h = 0; h < H; h++) ((float *)PyArray_DATA((PyArrayObject *)e))[h] = v0;
-            Py_DECREF(*one);
-            *one = (PyArrayObject *)e;
-            kph = vph = 1;
-        }
-    }
-    if (!xsplit) {
-        if (fill_dst_flash(fn, "key_cache", &kc, hnd, D, &p.key_cache) < 0 ||
-            fill_dst_flash(fn, "value_cache", &vc, hnd, D, &p.value_cache) < 0)
-            goto fail;
-    } else {
-        if (kc.shape[4] > 1 && kc.strides[4] != (int64_t)kc.itemsize) {
-            PyErr_Format(PyExc_ValueError, "%s: key_cache must have a contiguous last dimension", fn);
-            goto fail;
-        }
-        p.key_cache = (vt_kv_dst){kc.data, kc.strides[0], kc.strides[3], kc.strides[1], kc.strides[2], kc.shape[4]};
-        p.value_cache = (vt_kv_dst){vc.data, vc.strides[0], vc.strides[3], vc.strides[1], vc.strides[2], 1};
-    }
-    /* Overlap means shared elements: K/V views of one allocation
-     * (kv[:, 0], kv[:, 1]) are fine; an input inside a destination is not. */
-    if (vt_refuse_shared(fn, &kc, "key_cache", &vc, "value_cache") < 0 ||
-        vt_refuse_shared(fn, &in.key, "key", &kc, "key_cache") < 0 ||
-        vt_refuse_shared(fn, &in.key, "key", &vc, "value_cache") < 0 ||
-        vt_refuse_shared(fn, &in.value, "value", &kc, "key_cache") < 0 ||
-        vt_refuse_shared(fn, &in.value, "value", &vc, "value_cache") < 0 ||
-        vt_refuse_shared(fn, &in.slots, "slot_mapping", &kc, "key_cache") < 0 ||
-        vt_refuse_shared(fn, &in.slots, "slot_mapping", &vc, "value_cache") < 0)
-        goto fail;
-    p.fn = fn;
-    p.key = in.key.data;
-    p.value = in.value.data;
-    p.key_stride_token = in.key.strides[0];
-    p.key_stride_head = in.key.strides[1];
-    p.value_stride_token = in.value.strides[0];
-    p.value_stride_head = in.value.strides[1];
-    p.slot_mapping = in.slots.data;
-    p.num_tokens = in.slots.shape[0];
-    p.num_kv_heads = H;
-    p.head_size = D;
-    p.block_size = bs;
-    p.num_blocks = nb;
-    p.src_dtype = (vt_dtype)in.key.elem;
-    p.cache_dtype = (vt_dtype)cdt;
-    p.k_scale = ks ? PyArray_DATA(ks) : NULL;
-    p.v_scale = vs ? PyArray_DATA(vs) : NULL;
-    p.scale_per_head = kph;
-    vt_error err;
-    vt_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = vt_kv_store(&p, nth, &err);
-    Py_END_ALLOW_THREADS
-    Py_XDECREF(ks);
-    Py_XDECREF(vs);
-    vt_tensor_release(&kc);
-    vt_tensor_release(&vc);
-    kv_inputs_release(&in);
-    if (s != VT_OK) return vt_raise(st, &err);
-    Py_RETURN_NONE;
-fail:
-    Py_XDECREF(ks);
-    Py_XDECREF(vs);
-    vt_tensor_release(&kc);
-    vt_tensor_release(&vc);
-    kv_inputs_release(&in);
-    return NULL;
-}
-
-static PyObject *py_reshape_and_cache_flash(PyObject *m, PyObject *args, PyObject *kw) {
-    return store_common(m, args, kw, 0);
-}
-static PyObject *py_reshape_and_cache(PyObject *m, PyObject *args, PyObject *kw) { return store_common(m, args, kw, 1); }
-
-static PyMethodDef kvcache_functions[] = {
-    {"reshape_and_cache_flash", (PyCFunction)(void (*)(void))py_reshape_and_cache_flash, METH_VARARGS | METH_KEYWORDS,
-     "reshape_and_cache_flash($module, /, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, "
-     "k_scale, v_scale, *, layout=None, num_threads=None)\n--\n\nvLLM's flash-layout store."},
-    {"reshape_and_cache", (PyCFunction)(void (*)(void))py_reshape_and_cache, METH_VARARGS | METH_KEYWORDS,
-     "reshape_and_cache($module, /, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, "
-     "v_scale, *, num_threads=None)\n--\n\nvLLM's x-split paged-layout store."},
-    {NULL, NULL, 0, NULL},
-};
-
 int vt_kvcache_exec(PyObject *m, vt_module_state *st) {
     PyObject *type = PyType_FromModuleAndSpec(m, &kv_spec, NULL);
     if (!type) return -1;
     st->slots[VT_SLOT_KVCACHE_TYPE] = type;
     if (PyModule_AddObjectRef(m, "PagedKVCache", type) < 0) return -1;
-    return PyModule_AddFunctions(m, kvcache_functions);
+    return 0;
 }

@@ -150,6 +150,25 @@ int64_t vt_tensor_numel(const vt_tensor *t, const char *fn, const char *arg) {
     return (int64_t)n;
 }
 
+/* Parse a scale argument into float32 values: a number, or an array of
+ * n_options[i] elements with the given rank. Returns a new float32
+ * C-contiguous array or NULL with an exception set. */
+PyArrayObject *vt_scale_array(PyObject *obj, const char *fn, const char *arg) {
+    if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number or an array of them; got bool", fn, arg);
+        return NULL;
+    }
+    PyObject *a = PyArray_FromAny(obj, PyArray_DescrFromType(NPY_FLOAT32), 0, 2,
+                                  NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, NULL);
+    if (!a) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number or an array of at most 2 dimensions; got %s", fn,
+                     arg, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return (PyArrayObject *)a;
+}
+
 static int default_threads(void) {
     const char *env = getenv("VTINFER_NUM_THREADS");
     if (env && *env) {
@@ -196,3 +215,11 @@ int vt_tensor_contiguous_input(vt_module_state *st, vt_tensor *t, const char *fn
     return rc;
 }
 
+
+int vt_copy_inputs_contiguous(vt_module_state *st, vt_store_call *c) {
+    if ((!vt_tensor_last_dim_contiguous(&c->key) && vt_tensor_contiguous_input(st, &c->key, c->fn, "key") < 0) ||
+        (!vt_tensor_last_dim_contiguous(&c->value) && vt_tensor_contiguous_input(st, &c->value, c->fn, "value") < 0) ||
+        vt_tensor_contiguous_input(st, &c->slots, c->fn, "slot_mapping") < 0)
+        return -1;
+    return vt_store_check_inputs_contiguous(c);
+}

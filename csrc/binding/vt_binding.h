@@ -4,6 +4,7 @@
 #define VTINFER_BINDING_H
 
 #include "vt_import.h"
+#include "vt_store_args.h"
 #include "vt_numpy.h"
 #include "vtinfer/vtinfer.h"
 
@@ -52,6 +53,16 @@ int vt_tensor_from_object(vt_module_state *st, PyObject *obj, const char *fn, co
  * (documented per function); a non-contiguous DLPack input is refused. */
 int vt_tensor_contiguous_input(vt_module_state *st, vt_tensor *t, const char *fn, const char *arg);
 
+/* A scale argument as a new float32 C-contiguous array of at most 2
+ * dimensions (a number, a sequence, any real array; bool refused), or NULL
+ * with TypeError naming fn and arg. */
+PyArrayObject *vt_scale_array(PyObject *obj, const char *fn, const char *arg);
+
+/* The store's inputs: a NumPy key/value without a contiguous last
+ * dimension, or a non-contiguous slot_mapping, replaced by a contiguous
+ * copy (DLPack: refused). */
+int vt_copy_inputs_contiguous(vt_module_state *st, vt_store_call *c);
+
 /* Number of elements; -1 (with ValueError set) when it overflows. */
 int64_t vt_tensor_numel(const vt_tensor *t, const char *fn, const char *arg);
 /* Default thread count: VTINFER_NUM_THREADS, else the CPU affinity count.
@@ -65,6 +76,7 @@ int vt_info_exec(PyObject *m, vt_module_state *st);
 int vt_codec_exec(PyObject *m, vt_module_state *st);
 int vt_attention_exec(PyObject *m, vt_module_state *st);
 int vt_kvcache_exec(PyObject *m, vt_module_state *st);
+int vt_store_exec(PyObject *m, vt_module_state *st);
 int vt_resolver_exec(PyObject *m, vt_module_state *st);
 int vt_cacheops_exec(PyObject *m, vt_module_state *st);
 

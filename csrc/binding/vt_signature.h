@@ -36,6 +36,33 @@
     X(return_lse, "False")                                                                                           \
     X(num_threads, "None")
 
+/* reshape_and_cache_flash / reshape_and_cache: 8 positional, then keyword-only. */
+#define VT_STORE_NPOS 8
+#define VT_STORE_COMMON_ARGS(X)                                                                                      \
+    X(key, NULL)                                                                                                     \
+    X(value, NULL)                                                                                                   \
+    X(key_cache, NULL)                                                                                               \
+    X(value_cache, NULL)                                                                                             \
+    X(slot_mapping, NULL)                                                                                            \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(k_scale, NULL)                                                                                                 \
+    X(v_scale, NULL)
+#define VT_STORE_FLASH_ARGS(X)                                                                                       \
+    VT_STORE_COMMON_ARGS(X)                                                                                          \
+    X(layout, "None")                                                                                                \
+    X(num_threads, "None")
+#define VT_STORE_X_ARGS(X)                                                                                           \
+    VT_STORE_COMMON_ARGS(X)                                                                                          \
+    X(num_threads, "None")
+
+/* The Python arguments of reshape_and_cache_flash (a superset of
+ * reshape_and_cache's: layout stays NULL there). */
+typedef struct vt_store_pyargs {
+#define VT_X_FIELD(name, dflt) PyObject *name;
+    VT_STORE_FLASH_ARGS(VT_X_FIELD)
+#undef VT_X_FIELD
+} vt_store_pyargs;
+
 /* The Python arguments of flash_attn_varlen_func by name (borrowed; NULL
  * when not given). */
 typedef struct vt_attn_pyargs {
@@ -53,12 +80,16 @@ typedef struct vt_signature {
     char format[72];
 } vt_signature;
 
-/* The signature of flash_attn_varlen_func (format filled on first use). */
+/* The signatures (format filled on first use). */
 const vt_signature *vt_attn_signature(void);
+const vt_signature *vt_store_flash_signature(void);
+const vt_signature *vt_store_x_signature(void);
 
 /* Parse args/kw into `a` (fields in table order) by `sig`; a required
  * keyword-only argument that is missing is a TypeError naming it. */
 int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, vt_attn_pyargs *a);
+/* The same for the stores (xsplit: reshape_and_cache's signature). */
+int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pyargs *a);
 
 /* Write "<name>($module, /, a, b, *, c=..., ...)\n--\n\n<summary>" into buf. */
 void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size);

@@ -82,7 +82,8 @@ int64_t vt_tensor_count(const vt_tensor *t);
 
 /* 1 when C-contiguous (strides of size-1 dims ignored). */
 int vt_tensor_is_contiguous(const vt_tensor *t);
-/* 1 when the last dimension is contiguous (or has at most one element). */
+/* 1 when the last dimension is contiguous (or has at most one element, or
+ * the tensor has none). */
 int vt_tensor_last_dim_contiguous(const vt_tensor *t);
 
 /* Do a and b share at least one byte of an element? Exact for any strides

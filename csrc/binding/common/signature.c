@@ -12,6 +12,11 @@
 static char *attn_kwlist[] = {VT_ATTN_ARGS(VT_X_NAME) NULL};
 static const char *const attn_defaults[] = {VT_ATTN_ARGS(VT_X_DEFAULT) NULL};
 
+static char *store_flash_kwlist[] = {VT_STORE_FLASH_ARGS(VT_X_NAME) NULL};
+static const char *const store_flash_defaults[] = {VT_STORE_FLASH_ARGS(VT_X_DEFAULT) NULL};
+static char *store_x_kwlist[] = {VT_STORE_X_ARGS(VT_X_NAME) NULL};
+static const char *const store_x_defaults[] = {VT_STORE_X_ARGS(VT_X_DEFAULT) NULL};
+
 static void fill_format(vt_signature *s) {
     size_t n = 0;
     for (int i = 0; i < s->nargs && n + 4 < sizeof s->format; i++) {
@@ -29,6 +34,38 @@ const vt_signature *vt_attn_signature(void) {
                                (int)(sizeof attn_kwlist / sizeof attn_kwlist[0]) - 1, attn_kwlist, attn_defaults, ""};
     if (!sig.format[0]) fill_format(&sig); /* idempotent: the same bytes whoever writes them */
     return &sig;
+}
+
+const vt_signature *vt_store_flash_signature(void) {
+    static vt_signature sig = {"reshape_and_cache_flash", VT_STORE_NPOS,
+                               (int)(sizeof store_flash_kwlist / sizeof store_flash_kwlist[0]) - 1,
+                               store_flash_kwlist, store_flash_defaults, ""};
+    if (!sig.format[0]) fill_format(&sig);
+    return &sig;
+}
+
+const vt_signature *vt_store_x_signature(void) {
+    static vt_signature sig = {"reshape_and_cache", VT_STORE_NPOS,
+                               (int)(sizeof store_x_kwlist / sizeof store_x_kwlist[0]) - 1, store_x_kwlist,
+                               store_x_defaults, ""};
+    if (!sig.format[0]) fill_format(&sig);
+    return &sig;
+}
+
+int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pyargs *a) {
+    memset(a, 0, sizeof *a);
+    if (xsplit) {
+        const vt_signature *sig = vt_store_x_signature();
+#define VT_X_ADDR_X(name, dflt) , &a->name
+        return PyArg_ParseTupleAndKeywords(args, kw, sig->format, (char **)sig->kwlist VT_STORE_X_ARGS(VT_X_ADDR_X))
+                   ? 0
+                   : -1;
+#undef VT_X_ADDR_X
+    }
+    const vt_signature *sig = vt_store_flash_signature();
+    return PyArg_ParseTupleAndKeywords(args, kw, sig->format, (char **)sig->kwlist VT_STORE_FLASH_ARGS(VT_X_ADDR))
+               ? 0
+               : -1;
 }
 
 int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, vt_attn_pyargs *a) {

@@ -146,6 +146,7 @@ int vt_tensor_is_contiguous(const vt_tensor *t) {
 }
 
 int vt_tensor_last_dim_contiguous(const vt_tensor *t) {
+    if (vt_tensor_count(t) == 0) return 1; /* no element: any stride is fine (NumPy/DLPack may report 0) */
     return t->ndim == 0 || t->shape[t->ndim - 1] <= 1 || t->strides[t->ndim - 1] == (int64_t)t->itemsize;
 }
 
