@@ -1,4 +1,4 @@
-/* Python surface of the paged KV cache and the store:
+/* Python surface of the paged KV cache (the type):
  *
  *   class _C.PagedKVCache:
  *       __new__(num_layers, num_blocks, block_size, num_kv_heads, head_size, dtype,
@@ -11,23 +11,12 @@
  *       __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
  *       __dlpack_device__() -> (1, 0)
  *       k_scale, v_scale (get/set arrays), num_layers, ..., dtype, layout, page_bytes, nbytes, exports
- *   _C.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
- *                              k_scale, v_scale, *, layout=None, num_threads=None)
- *   _C.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
- *                        k_scale, v_scale, *, num_threads=None)
- */
-#include "vt_binding.h"
-#include "vt_dlpack.h"
-#include "vtinfer/kvcache.h"
-#include "vt_store_args.h"
+ *
+ * The views and DLPack exports live in kvcache_export.c, the functional
+ * stores in store_binding.c. */
+#include "vt_kvcache_type.h"
 
 #include <string.h>
-
-typedef struct {
-    PyObject_HEAD
-    vt_kv_cache *c;
-    Py_ssize_t exports; /* live NumPy views and DLPack capsules */
-} KVCacheObject;
 
 static const char *layout_name(vt_kv_layout l) { return l == VT_KV_LAYOUT_HND ? "HND" : "NHD"; }
 
@@ -155,7 +144,7 @@ static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         return NULL;
     }
     self->c = c;
-    self->exports = 0;
+    atomic_init(&self->exports, 0);
     return (PyObject *)self;
 }
 
@@ -168,7 +157,7 @@ static void kv_dealloc(PyObject *op) {
     Py_DECREF(tp);
 }
 
-static int kv_require_storage(KVCacheObject *self, const char *fn) {
+int vt_kv_require_storage(KVCacheObject *self, const char *fn) {
     if (!self->c->data) {
         PyErr_Format(PyExc_ValueError, "%s: the cache must hold storage; got a released cache", fn);
         return -1;
@@ -176,7 +165,7 @@ static int kv_require_storage(KVCacheObject *self, const char *fn) {
     return 0;
 }
 
-static int kv_layer_arg(KVCacheObject *self, PyObject *obj, const char *fn, int64_t *layer) {
+int vt_kv_layer_arg(KVCacheObject *self, PyObject *obj, const char *fn, int64_t *layer) {
     if (!PyLong_Check(obj) || PyBool_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s: layer must be an int; got %s", fn, Py_TYPE(obj)->tp_name);
         return -1;
@@ -193,256 +182,6 @@ static int kv_layer_arg(KVCacheObject *self, PyObject *obj, const char *fn, int6
     }
     *layer = v;
     return 0;
-}
-
-/* An export pin: a capsule whose destructor releases the cache's count. */
-static void export_pin_destroy(PyObject *cap) {
-    KVCacheObject *self = PyCapsule_GetPointer(cap, "vtinfer.kv_export");
-    if (!self) {
-        PyErr_Clear();
-        return;
-    }
-    self->exports--;
-    Py_DECREF(self);
-}
-
-static PyObject *export_pin_new(KVCacheObject *self) {
-    PyObject *cap = PyCapsule_New(self, "vtinfer.kv_export", export_pin_destroy);
-    if (!cap) return NULL;
-    Py_INCREF(self);
-    self->exports++;
-    return cap;
-}
-
-/* NumPy view of K (which 0) or V (1) of a layer: the layout's shape,
- * contiguous, writable, uint8 for fp8. */
-static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
-    const char *fn = which ? "PagedKVCache.value_cache" : "PagedKVCache.key_cache";
-    vt_module_state *st = vt_state_from_type(Py_TYPE(self));
-    int64_t layer;
-    if (!st || kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
-    const vt_kv_cache_config *g = &self->c->cfg;
-    npy_intp dims[4] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads,
-                        (npy_intp)g->head_size};
-    if (g->layout == VT_KV_LAYOUT_HND) {
-        dims[1] = (npy_intp)g->num_kv_heads;
-        dims[2] = (npy_intp)g->block_size;
-    }
-    PyArray_Descr *d;
-    switch (g->dtype) {
-    case VT_DTYPE_F32: d = PyArray_DescrFromType(NPY_FLOAT32); break;
-    case VT_DTYPE_F16: d = PyArray_DescrFromType(NPY_FLOAT16); break;
-    case VT_DTYPE_BF16: d = st->descr_bf16; Py_INCREF(d); break;
-    default: d = PyArray_DescrFromType(vt_dtype_get(g->dtype)->is_int ? NPY_INT8 : NPY_UINT8); break;
-    }
-    PyObject *pin = export_pin_new(self);
-    if (!pin) {
-        Py_DECREF(d);
-        return NULL;
-    }
-    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, 4, dims, NULL, vt_kv_cache_layer_data(self->c, layer, which),
-                                       NPY_ARRAY_CARRAY, NULL);
-    if (!a) {
-        Py_DECREF(pin);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
-}
-
-/* Zero-copy float32 [num_blocks, block_size, H_kv] view of a per-token-head layer's K/V scale plane. */
-static PyObject *kv_scale_view(KVCacheObject *self, PyObject *layer_obj, int which) {
-    const char *fn = which ? "PagedKVCache.v_scale_cache" : "PagedKVCache.k_scale_cache";
-    vt_module_state *st = vt_state_from_type(Py_TYPE(self));
-    int64_t layer;
-    if (!st || kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
-    const vt_kv_cache_config *g = &self->c->cfg;
-    if (!vt_dtype_per_token_head(g->dtype)) {
-        PyErr_Format(PyExc_ValueError, "%s: the cache must have a per-token-head dtype; got '%s'", fn,
-                     vt_dtype_get(g->dtype)->name);
-        return NULL;
-    }
-    npy_intp dims[3] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads};
-    PyObject *pin = export_pin_new(self);
-    if (!pin) return NULL;
-    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(NPY_FLOAT32), 3, dims, NULL,
-                                       vt_kv_cache_scale_data(self->c, layer, which), NPY_ARRAY_CARRAY, NULL);
-    if (!a) {
-        Py_DECREF(pin);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
-}
-
-static PyObject *kv_k_scale_cache(PyObject *self, PyObject *layer) {
-    return kv_scale_view((KVCacheObject *)self, layer, 0);
-}
-static PyObject *kv_v_scale_cache(PyObject *self, PyObject *layer) {
-    return kv_scale_view((KVCacheObject *)self, layer, 1);
-}
-
-static PyObject *kv_key_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 0); }
-static PyObject *kv_value_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 1); }
-
-/* ---- DLPack export ---- */
-
-typedef struct dl_export {
-    vt_dl_managed legacy;
-    vt_dl_managed_versioned versioned;
-    int is_versioned;
-    int64_t shape[6], strides[6];
-    KVCacheObject *owner;
-} dl_export;
-
-static void dl_export_free(dl_export *e) {
-    PyGILState_STATE g = PyGILState_Ensure();
-    e->owner->exports--;
-    Py_DECREF(e->owner);
-    PyMem_RawFree(e);
-    PyGILState_Release(g);
-}
-
-static void dl_deleter_legacy(vt_dl_managed *m) { dl_export_free((dl_export *)m->manager_ctx); }
-static void dl_deleter_versioned(vt_dl_managed_versioned *m) { dl_export_free((dl_export *)m->manager_ctx); }
-
-static void dl_capsule_destroy(PyObject *cap) {
-    /* Only a capsule nobody consumed still carries its original name. */
-    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
-        vt_dl_managed_versioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
-        m->deleter(m);
-    } else if (PyCapsule_IsValid(cap, "dltensor")) {
-        vt_dl_managed *m = PyCapsule_GetPointer(cap, "dltensor");
-        m->deleter(m);
-    }
-    PyErr_Clear();
-}
-
-/* layer -1: the whole cache [L, 2, ...]; which -1: [2, ...] of a layer;
- * which 0/1: K or V of a layer. */
-static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which, int versioned) {
-    const vt_kv_cache *c = self->c;
-    const vt_kv_cache_config *g = &c->cfg;
-    const int64_t es = (int64_t)c->elem_bytes, region = (int64_t)(c->region_bytes / c->elem_bytes);
-    dl_export *e = PyMem_RawCalloc(1, sizeof *e);
-    if (!e) return PyErr_NoMemory();
-    int64_t inner[4] = {g->num_blocks, g->block_size, g->num_kv_heads, g->head_size};
-    if (g->layout == VT_KV_LAYOUT_HND) {
-        inner[1] = g->num_kv_heads;
-        inner[2] = g->block_size;
-    }
-    int nd = 0;
-    if (layer < 0) {
-        e->shape[nd] = g->num_layers;
-        e->strides[nd++] = 2 * region;
-    }
-    if (which < 0) {
-        e->shape[nd] = 2;
-        e->strides[nd++] = region;
-    }
-    int64_t stride = 1;
-    for (int i = 3; i >= 0; i--) {
-        e->shape[nd + i] = inner[i];
-        e->strides[nd + i] = stride;
-        stride *= inner[i];
-    }
-    nd += 4;
-    vt_dl_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = vt_kv_cache_layer_data(c, layer < 0 ? 0 : layer, which < 0 ? 0 : which);
-    t.device.device_type = VT_DL_CPU;
-    t.device.device_id = 0;
-    t.ndim = nd;
-    t.dtype.lanes = 1;
-    t.dtype.bits = (uint8_t)(es * 8);
-    const vt_dtype_info *di = vt_dtype_get(g->dtype);
-    t.dtype.code = g->dtype == VT_DTYPE_BF16           ? VT_DL_BFLOAT
-                   : di->is_int                        ? VT_DL_INT
-                   : di->scale_kind != VT_SCALE_NONE   ? VT_DL_UINT
-                                                       : VT_DL_FLOAT;
-    t.shape = e->shape;
-    t.strides = e->strides;
-    e->owner = self;
-    e->is_versioned = versioned;
-    PyObject *cap;
-    if (versioned) {
-        e->versioned.version.major = 1;
-        e->versioned.version.minor = 0;
-        e->versioned.manager_ctx = e;
-        e->versioned.deleter = dl_deleter_versioned;
-        e->versioned.dl_tensor = t;
-        cap = PyCapsule_New(&e->versioned, "dltensor_versioned", dl_capsule_destroy);
-    } else {
-        e->legacy.manager_ctx = e;
-        e->legacy.deleter = dl_deleter_legacy;
-        e->legacy.dl_tensor = t;
-        cap = PyCapsule_New(&e->legacy, "dltensor", dl_capsule_destroy);
-    }
-    if (!cap) {
-        PyMem_RawFree(e);
-        return NULL;
-    }
-    Py_INCREF(self);
-    self->exports++;
-    return cap;
-}
-
-/* max_version None or a tuple (major, minor): versioned when major >= 1. */
-static int want_versioned(PyObject *mv) {
-    if (!mv || mv == Py_None) return 0;
-    if (!PyTuple_Check(mv) || PyTuple_GET_SIZE(mv) < 1) return 0;
-    long major = PyLong_AsLong(PyTuple_GET_ITEM(mv, 0));
-    if (major == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return major >= 1;
-}
-
-static PyObject *kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
-    KVCacheObject *self = (KVCacheObject *)op;
-    PyObject *stream = Py_None, *mv = Py_None, *dev = Py_None, *copy = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &mv, &dev, &copy)) return NULL;
-    if (kv_require_storage(self, "PagedKVCache.__dlpack__") < 0) return NULL;
-    if (copy == Py_True) {
-        PyErr_SetString(PyExc_BufferError, "PagedKVCache.__dlpack__: copy must be None or False; got True");
-        return NULL;
-    }
-    return kv_dlpack_capsule(self, -1, -1, want_versioned(mv));
-}
-
-static PyObject *kv_private_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"layer", "which", "max_version", NULL};
-    KVCacheObject *self = (KVCacheObject *)op;
-    PyObject *layer_obj = NULL, *mv = Py_None;
-    int which = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OiO:_dlpack", kwlist, &layer_obj, &which, &mv)) return NULL;
-    if (kv_require_storage(self, "PagedKVCache._dlpack") < 0) return NULL;
-    int64_t layer = -1;
-    if (layer_obj && layer_obj != Py_None && kv_layer_arg(self, layer_obj, "PagedKVCache._dlpack", &layer) < 0)
-        return NULL;
-    if (which < -1 || which > 1) {
-        PyErr_Format(PyExc_ValueError, "PagedKVCache._dlpack: which must be -1, 0 or 1; got %d", which);
-        return NULL;
-    }
-    if (layer < 0 && which >= 0) {
-        PyErr_SetString(PyExc_ValueError, "PagedKVCache._dlpack: which needs a layer");
-        return NULL;
-    }
-    return kv_dlpack_capsule(self, layer, which, want_versioned(mv));
-}
-
-static PyObject *kv_dlpack_device(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-    return Py_BuildValue("(ii)", VT_DL_CPU, 0);
 }
 
 /* ---- store / gather ---- */
@@ -489,7 +228,7 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
         return NULL;
     int64_t layer;
     int nth;
-    if (kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    if (vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_store_call in = {.fn = fn, .mem = VT_MEMORY_CPU};
     if (vt_store_pin_inputs(&in, cpu_pin, st, k_obj, v_obj, s_obj, self->c->cfg.num_kv_heads,
@@ -500,13 +239,13 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
     }
     vt_error err;
     vt_status s;
-    self->exports++; /* a concurrent release() must wait for the kernel */
+    vt_kv_exports_add(self, 1); /* a concurrent release() must wait for the kernel */
     Py_BEGIN_ALLOW_THREADS
     s = vt_kv_cache_store(self->c, layer, in.key.data, in.key.strides[0], in.key.strides[1], in.value.data,
                           in.value.strides[0], in.value.strides[1], (vt_dtype)in.key.elem, in.slots.data,
                           in.slots.shape[0], nth, &err);
     Py_END_ALLOW_THREADS
-    self->exports--;
+    vt_kv_exports_add(self, -1);
     vt_store_release(&in);
     if (s != VT_OK) return vt_raise(st, &err);
     Py_RETURN_NONE;
@@ -520,7 +259,7 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     PyObject *layer_obj, *s_obj;
     if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OO:gather", kwlist, &layer_obj, &s_obj)) return NULL;
     int64_t layer;
-    if (kv_require_storage(self, fn) < 0 || kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    if (vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
     PyObject *sl = PyArray_FromAny(s_obj, NULL, 0, 0, 0, NULL);
     if (!sl) return NULL;
     if (PyArray_NDIM((PyArrayObject *)sl) != 1) {
@@ -551,12 +290,12 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     }
     vt_error err;
     vt_status s;
-    self->exports++; /* a concurrent release() must wait for the kernel */
+    vt_kv_exports_add(self, 1); /* a concurrent release() must wait for the kernel */
     Py_BEGIN_ALLOW_THREADS
     s = vt_kv_cache_gather(self->c, layer, PyArray_DATA((PyArrayObject *)s64), (int64_t)n,
                            PyArray_DATA((PyArrayObject *)k), PyArray_DATA((PyArrayObject *)v), &err);
     Py_END_ALLOW_THREADS
-    self->exports--;
+    vt_kv_exports_add(self, -1);
     Py_DECREF(s64);
     if (s != VT_OK) {
         Py_DECREF(k);
@@ -569,9 +308,10 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
 static PyObject *kv_release(PyObject *op, PyObject *unused) {
     (void)unused;
     KVCacheObject *self = (KVCacheObject *)op;
-    if (self->exports > 0) {
+    const long live = atomic_load(&self->exports);
+    if (live > 0) {
         PyErr_Format(PyExc_BufferError,
-                     "PagedKVCache.release: the cache must have no live views or DLPack exports; got %zd", self->exports);
+                     "PagedKVCache.release: the cache must have no live views or DLPack exports; got %ld", live);
         return NULL;
     }
     vt_kv_cache_release(self->c);
@@ -611,7 +351,7 @@ KV_INT_GETTER(head_size, c->cfg.head_size)
 KV_INT_GETTER(page_bytes, c->page_bytes)
 KV_INT_GETTER(nbytes, c->nbytes)
 KV_INT_GETTER(element_size, c->elem_bytes)
-KV_INT_GETTER(exports, ((KVCacheObject *)op)->exports)
+KV_INT_GETTER(exports, atomic_load(&((KVCacheObject *)op)->exports))
 
 static PyObject *kv_get_dtype(PyObject *op, void *closure) {
     (void)closure;
@@ -671,14 +411,14 @@ static PyGetSetDef kv_getset[] = {
 };
 
 static PyMethodDef kv_methods[] = {
-    {"key_cache", kv_key_cache, METH_O,
+    {"key_cache", vt_kv_key_cache, METH_O,
      "key_cache($self, layer, /)\n--\n\nZero-copy view of a layer's K storage ([num_blocks, block_size, H_kv, D] for "
      "NHD, [num_blocks, H_kv, block_size, D] for HND; uint8 codes for fp8)."},
-    {"value_cache", kv_value_cache, METH_O, "value_cache($self, layer, /)\n--\n\nAs key_cache, for V."},
-    {"k_scale_cache", kv_k_scale_cache, METH_O,
+    {"value_cache", vt_kv_value_cache, METH_O, "value_cache($self, layer, /)\n--\n\nAs key_cache, for V."},
+    {"k_scale_cache", vt_kv_k_scale_cache, METH_O,
      "k_scale_cache($self, layer, /)\n--\n\nZero-copy float32 [num_blocks, block_size, H_kv] view of a "
      "per-token-head layer's K scales (vLLM's k_scale_cache); ValueError for other dtypes."},
-    {"v_scale_cache", kv_v_scale_cache, METH_O, "v_scale_cache($self, layer, /)\n--\n\nAs k_scale_cache, for V."},
+    {"v_scale_cache", vt_kv_v_scale_cache, METH_O, "v_scale_cache($self, layer, /)\n--\n\nAs k_scale_cache, for V."},
     {"store", (PyCFunction)(void (*)(void))kv_store, METH_VARARGS | METH_KEYWORDS,
      "store($self, /, layer, key, value, slot_mapping, *, num_threads=None)\n--\n\nStore key/value [num_tokens, "
      "H_kv, D] at slot_mapping (int64; negative skips)."},
@@ -686,13 +426,13 @@ static PyMethodDef kv_methods[] = {
      "gather($self, /, layer, slots)\n--\n\nRead slots back as float32 (k, v), each [n, H_kv, D]."},
     {"release", kv_release, METH_NOARGS,
      "release($self, /)\n--\n\nFree the storage now; BufferError while a view or DLPack export is alive."},
-    {"_dlpack", (PyCFunction)(void (*)(void))kv_private_dlpack, METH_VARARGS | METH_KEYWORDS,
+    {"_dlpack", (PyCFunction)(void (*)(void))vt_kv_private_dlpack, METH_VARARGS | METH_KEYWORDS,
      "_dlpack($self, /, layer=None, which=-1, max_version=None)\n--\n\nA DLPack capsule of the cache, a layer "
      "([2, ...]) or one of its K (which=0) / V (which=1)."},
-    {"__dlpack__", (PyCFunction)(void (*)(void))kv_dunder_dlpack, METH_VARARGS | METH_KEYWORDS,
+    {"__dlpack__", (PyCFunction)(void (*)(void))vt_kv_dunder_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nThe whole cache as "
      "[num_layers, 2, ...] in the layout's order (uint8 for fp8)."},
-    {"__dlpack_device__", kv_dlpack_device, METH_NOARGS, "__dlpack_device__($self, /)\n--\n\n(1, 0): CPU."},
+    {"__dlpack_device__", vt_kv_dlpack_device, METH_NOARGS, "__dlpack_device__($self, /)\n--\n\n(1, 0): CPU."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -67,6 +67,12 @@ int vt_cuda_last_error(const char *fn, vt_error *err);
  * large for one launch), VT_CUDA_ERR_RUNTIME. */
 int vt_cuda_kv_store(const vt_kv_store_params *p, void *stream, vt_error *err);
 
+/* The arm's duplicate-slot policy, on a host copy of slot_mapping [n]:
+ * every token whose slot a later token names is set to -1 (the later
+ * token's values are kept, as on the CPU). Returns the number cleared, or
+ * -1 when out of memory (slots unchanged). */
+int64_t vt_cuda_clear_repeated_slots(int64_t *slots, int64_t n);
+
 /* ---- paged attention (flash_attn_varlen_func) ----
  * p: as vt_attn_params (same meaning, same outputs), every array pointer a
  * device pointer, already checked with vt_attn_scratch_size on host

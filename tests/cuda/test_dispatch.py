@@ -18,10 +18,16 @@ def cuda_fakes():
     return key, cache, slots
 
 
+def cuda_caches():
+    """Two caches: one passed as both K and V would share every element (refused)."""
+    return FakeTensor([4, 2, 1, 8], device_type=2), FakeTensor([4, 2, 1, 8], device_type=2)
+
+
 def test_store_of_cuda_tensors_goes_to_the_cuda_arm():
-    key, cache, slots = cuda_fakes()
+    key, _, slots = cuda_fakes()
+    kc, vc = cuda_caches()
     with pytest.raises((vt.VtinferError, NotImplementedError)) as e:
-        vt.reshape_and_cache_flash(key, key, cache, cache, slots, "auto", 1.0, 1.0)
+        vt.reshape_and_cache_flash(key, key, kc, vc, slots, "auto", 1.0, 1.0)
     assert "CPU memory" not in str(e.value)
     assert "CUDA" in str(e.value)
 

@@ -16,7 +16,7 @@ fi
 make -s all
 mkdir -p build/crashes
 status=0
-for h in json_resolver store attn; do
+for h in json_resolver store attn dlpack; do
     work=build/corpus-$h
     rm -rf "$work"; mkdir -p "$work"; cp corpus/$h/* "$work"/
     log=build/fuzz_$h.log

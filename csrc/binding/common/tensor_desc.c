@@ -117,26 +117,38 @@ int vt_dl_describe(const vt_dl_tensor *dl, int readonly, vt_tensor *t, char *msg
     return 0;
 }
 
+/* 1 when some dimension is 0: then the other sizes may be anything a
+ * DLPack producer claims, and no product over them is formed. */
+static int has_no_element(const vt_tensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return 1;
+    return 0;
+}
+
+int64_t vt_tensor_count(const vt_tensor *t) {
+    if (has_no_element(t)) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i]; /* import bounded it */
+    return n;
+}
+
 void vt_tensor_extent(const vt_tensor *t, int64_t *lo, int64_t *hi) {
     *lo = 0, *hi = (int64_t)t->itemsize;
+    if (has_no_element(t)) {
+        *lo = *hi = 0;
+        return;
+    }
     for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) {
-            *lo = *hi = 0;
-            return;
-        }
         int64_t span = (t->shape[i] - 1) * t->strides[i];
         if (span < 0) *lo += span;
         else *hi += span;
     }
 }
 
-int64_t vt_tensor_count(const vt_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return n;
-}
+
 
 int vt_tensor_is_contiguous(const vt_tensor *t) {
+    if (has_no_element(t)) return 1;
     int64_t expect = (int64_t)t->itemsize;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect) return 0;

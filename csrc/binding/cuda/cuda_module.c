@@ -5,7 +5,8 @@
  *   _cuda.device_status() -> str         the runtime's answer, e.g. "cudaErrorNoDevice: ..."
  *   _cuda.runtime_version() -> int
  *   _cuda.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
- *                                 kv_cache_dtype, k_scale, v_scale, layout=None) -> None
+ *                                 kv_cache_dtype, k_scale, v_scale, *, layout=None,
+ *                                 num_threads=None) -> None   (_C's signature; num_threads unused)
  *   _cuda.flash_attn_varlen_func(q, k, v, cu_seqlens_q, seqused_k, block_table, out, lse,
  *                                max_seqlen_q, max_seqlen_k, softmax_scale, causal,
  *                                window_left, window_right, softcap, alibi_slopes, s_aux,
@@ -13,10 +14,13 @@
  *   _cuda.CudaError                      (VtinferError, RuntimeError): the CUDA runtime failed
  *
  * Arrays are DLPack CUDA tensors (torch CUDA tensors), all on one device;
- * scales may also be Python floats. Every argument is checked before a
- * byte is written, on host copies of the index and scale arrays, by the
- * core's own checks (vt_kv_store_check, vt_attn_scratch_size): the same
- * exceptions and messages as the CPU path. No NumPy, no torch. */
+ * scales may also be Python floats. Tensors come in through the importer
+ * vtinfer._C uses (common/tensor_dlpack.c); the store's arguments go
+ * through the same argument layer as the CPU's (common/store_args.c),
+ * with the CUDA device check; the index and scale values are judged on
+ * host copies by the core's own checks (vt_kv_store_check,
+ * vt_attn_scratch_size): the same exceptions and messages as the CPU
+ * path. No NumPy, no torch. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -25,8 +29,9 @@
 #include <string.h>
 
 #include "vt_cuda.h"
-#include "vt_dlpack.h"
+#include "vt_signature.h"
 #include "vt_status_map.h"
+#include "vt_store_args.h"
 #include "vtinfer/vtinfer.h"
 
 typedef struct cu_state {
@@ -43,130 +48,43 @@ static PyObject *cu_raise(PyObject *m, int status, const vt_error *err) {
     return NULL;
 }
 
-/* ---- DLPack CUDA tensors ---- */
+/* ---- CUDA tensors: the shared importer with the CUDA device check ---- */
 
-enum { E_F32 = VT_DTYPE_F32, E_F16 = VT_DTYPE_F16, E_BF16 = VT_DTYPE_BF16, E_E4M3 = VT_DTYPE_FP8_E4M3,
-       E_E5M2 = VT_DTYPE_FP8_E5M2, E_U8 = 16, E_I32 = 17, E_I64 = 18, E_OTHER = 31 };
-
-typedef struct cu_tensor {
-    PyObject *capsule; /* owns the producer's memory until cu_release */
-    char *data;
-    int elem, itemsize, ndim, device;
-    int64_t shape[8], strides[8]; /* strides in bytes */
-} cu_tensor;
-
-static const char *elem_name(int e) {
-    switch (e) {
-    case E_F32: return "float32";
-    case E_F16: return "float16";
-    case E_BF16: return "bfloat16";
-    case E_E4M3: return "float8_e4m3fn";
-    case E_E5M2: return "float8_e5m2";
-    case E_U8: return "uint8";
-    case E_I32: return "int32";
-    case E_I64: return "int64";
-    default: return "an unsupported dtype";
-    }
-}
-
-static void cu_release(cu_tensor *t) {
-    if (!t->capsule) return;
-    PyObject *et, *ev, *tb; /* keep a pending exception */
-    PyErr_Fetch(&et, &ev, &tb);
-    vt_dl_managed *mt = PyCapsule_GetPointer(t->capsule, "used_dltensor");
-    if (mt && mt->deleter) mt->deleter(mt);
-    PyErr_Clear();
-    PyErr_Restore(et, ev, tb);
-    Py_CLEAR(t->capsule);
-}
-
-/* Pin obj (an object with __dlpack__ on a CUDA device). Returns 0 or -1 with an exception. */
-static int cu_tensor_from(PyObject *obj, const char *fn, const char *arg, int ndim, cu_tensor *t) {
+/* The arm's front door for the shared argument layer: DLPack only. */
+static int cu_pin(void *ctx, PyObject *obj, const char *fn, const char *arg, int flags, vt_tensor *t) {
+    (void)ctx;
     memset(t, 0, sizeof *t);
     if (!PyObject_HasAttrString(obj, "__dlpack__")) {
         PyErr_Format(PyExc_TypeError, "%s: %s must be a CUDA tensor (an object with __dlpack__); got %s", fn, arg,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
-    if (!cap) return -1;
-    vt_dl_managed *mt = PyCapsule_GetPointer(cap, "dltensor");
-    if (!mt) {
-        Py_DECREF(cap);
+    return vt_tensor_from_dlpack(obj, fn, arg, flags, t);
+}
+
+/* Pin obj as a CUDA tensor of `ndim` dimensions (any dtype: the caller checks). */
+static int cu_tensor_from(PyObject *obj, const char *fn, const char *arg, int ndim, vt_tensor *t) {
+    const unsigned any = 0xffffffffu;
+    if (cu_pin(NULL, obj, fn, arg, 0, t) < 0) return -1;
+    if (vt_tensor_check(t, fn, arg, any, ndim, VT_MEMORY_CUDA) < 0) {
+        vt_tensor_release(t);
         return -1;
-    }
-    if (PyCapsule_SetName(cap, "used_dltensor") < 0) {
-        Py_DECREF(cap);
-        return -1;
-    }
-    t->capsule = cap;
-    const vt_dl_tensor *d = &mt->dl_tensor;
-    if (d->device.device_type != VT_DL_CUDA) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be on a CUDA device; got DLPack device type %d", fn, arg,
-                     (int)d->device.device_type);
-        goto fail;
-    }
-    if (d->ndim > 8 || d->dtype.lanes != 1) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have at most 8 dimensions and one lane; got %d", fn, arg,
-                     (int)d->ndim);
-        goto fail;
-    }
-    int c = d->dtype.code, bits = d->dtype.bits;
-    t->elem = c == VT_DL_FLOAT && bits == 32 ? E_F32
-            : c == VT_DL_FLOAT && bits == 16 ? E_F16
-            : c == VT_DL_BFLOAT && bits == 16 ? E_BF16
-            : c == VT_DL_FLOAT8_E4M3FN && bits == 8 ? E_E4M3
-            : c == VT_DL_FLOAT8_E5M2 && bits == 8 ? E_E5M2
-            : c == VT_DL_UINT && bits == 8 ? E_U8
-            : c == VT_DL_INT && bits == 32 ? E_I32
-            : c == VT_DL_INT && bits == 64 ? E_I64 : E_OTHER;
-    t->itemsize = bits / 8;
-    t->ndim = d->ndim;
-    t->device = d->device.device_id;
-    t->data = (char *)d->data + d->byte_offset;
-    int64_t st = t->itemsize;
-    for (int i = d->ndim - 1; i >= 0; i--) {
-        t->shape[i] = d->shape[i];
-        t->strides[i] = d->strides ? d->strides[i] * t->itemsize : st;
-        st *= d->shape[i];
-    }
-    if (ndim >= 0 && t->ndim != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have %d dimensions; got %d", fn, arg, ndim, t->ndim);
-        goto fail;
     }
     return 0;
-fail:
-    cu_release(t);
-    return -1;
 }
 
-static int cu_numel(const cu_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return (int)n;
-}
-
-static int cu_contiguous(const cu_tensor *t) {
-    int64_t st = t->itemsize;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != st) return 0;
-        st *= t->shape[i];
-    }
-    return 1;
-}
-
-static int cu_dtype_err(const char *fn, const char *arg, const char *want, const cu_tensor *t) {
-    PyErr_Format(PyExc_TypeError, "%s: %s must be %s; got %s", fn, arg, want, elem_name(t->elem));
+static int cu_dtype_err(const char *fn, const char *arg, const char *want, const vt_tensor *t) {
+    PyErr_Format(PyExc_TypeError, "%s: %s must be %s; got %s", fn, arg, want, t->dtype_name);
     return -1;
 }
 
 /* A small index/scale array (1-D or 2-D, contiguous) copied to host memory (malloc'd). */
-static int cu_copy_host(PyObject *m, const cu_tensor *t, const char *fn, const char *arg, void **out) {
-    if (!cu_contiguous(t)) {
+static int cu_copy_host(PyObject *m, const vt_tensor *t, const char *fn, const char *arg, void **out) {
+    if (!vt_tensor_is_contiguous(t)) {
         PyErr_Format(PyExc_ValueError, "%s: %s must be contiguous", fn, arg);
         return -1;
     }
-    size_t n = (size_t)cu_numel(t) * (size_t)t->itemsize;
+    size_t n = (size_t)vt_tensor_count(t) * t->itemsize;
     *out = malloc(n ? n : 1);
     if (!*out) {
         PyErr_NoMemory();
@@ -211,7 +129,7 @@ static PyObject *py_runtime_version(PyObject *m, PyObject *unused) {
  * n elements. host[] receives its values (for the checks); *dev is the
  * tensor's data or NULL for a float. */
 typedef struct cu_scale {
-    cu_tensor t;
+    vt_tensor t;
     int is_tensor;
     int count;
     float *host;
@@ -219,7 +137,7 @@ typedef struct cu_scale {
 } cu_scale;
 
 static void scale_release(cu_scale *s) {
-    if (s->is_tensor) cu_release(&s->t);
+    if (s->is_tensor) vt_tensor_release(&s->t);
     if (s->host != &s->value) free(s->host);
     s->host = NULL;
 }
@@ -235,11 +153,11 @@ static int scale_arg(PyObject *m, PyObject *obj, const char *fn, const char *arg
     }
     if (cu_tensor_from(obj, fn, arg, -1, &s->t) < 0) return -1;
     s->is_tensor = 1;
-    if (s->t.elem != E_F32) {
+    if (s->t.elem != VT_ELEM_F32) {
         cu_dtype_err(fn, arg, "float32", &s->t);
         goto fail;
     }
-    s->count = cu_numel(&s->t);
+    s->count = (int)vt_tensor_count(&s->t);
     void *h = NULL;
     if (cu_copy_host(m, &s->t, fn, arg, &h) < 0) goto fail;
     s->host = h;
@@ -264,237 +182,124 @@ static int upload_floats(PyObject *m, const float *vals, int n, float **dev, con
     return 0;
 }
 
-static int same_device(const cu_tensor *a, const cu_tensor *b, const char *fn, const char *arg) {
-    if (a->device == b->device) return 0;
-    PyErr_Format(PyExc_ValueError, "%s: %s must be on cuda:%d like the first tensor; got cuda:%d", fn, arg, a->device,
-                 b->device);
+static int same_device(const vt_tensor *a, const vt_tensor *b, const char *fn, const char *arg) {
+    if (a->device_id == b->device_id) return 0;
+    PyErr_Format(PyExc_ValueError, "%s: %s must be on cuda:%d like the first tensor; got cuda:%d", fn, arg, a->device_id,
+                 b->device_id);
     return -1;
 }
 
-typedef struct slot_pair { int64_t slot, t; } slot_pair;
-
-static int cmp_pair(const void *a, const void *b) {
-    const slot_pair *x = a, *y = b;
-    if (x->slot != y->slot) return x->slot < y->slot ? -1 : 1;
-    return x->t < y->t ? -1 : (x->t > y->t);
+/* A store scale: a Python number or a CUDA float32 tensor, as host values. */
+static int store_scale(PyObject *m, PyObject *obj, const char *fn, const char *arg, cu_scale *s) {
+    if (scale_arg(m, obj, fn, arg, s) < 0) return -1;
+    if (s->is_tensor && s->t.ndim > 1) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 or num_kv_heads elements in at most 1 dimension; got %d "
+                     "dimensions", fn, arg, s->t.ndim);
+        return -1;
+    }
+    return 0;
 }
 
-/* Clear every token whose slot a later token names (the CPU keeps the later
- * token's values; the device has no order between tokens). Returns the
- * number of cleared tokens, or -1 (MemoryError set). */
-static int64_t dedup_slots(int64_t *slots, int64_t n) {
-    slot_pair *pairs = malloc((size_t)(n ? n : 1) * sizeof *pairs);
-    if (!pairs) {
+/* Host copy of slot_mapping; the core's checks on host values; then the
+ * arm's duplicate policy. *cleared: tokens whose slot a later one names. */
+static int store_host_checks(PyObject *m, vt_store_call *c, int64_t **slots, int64_t *cleared) {
+    void *hs = NULL;
+    if (cu_copy_host(m, &c->slots, c->fn, "slot_mapping", &hs) < 0) return -1;
+    *slots = hs;
+    vt_kv_store_params hp = c->p;
+    hp.slot_mapping = *slots;
+    vt_error err;
+    vt_error_clear(&err);
+    int st = vt_kv_store_check(&hp, &err); /* host copies: the CPU's checks and messages */
+    if (st != VT_OK) {
+        cu_raise(m, st, &err);
+        return -1;
+    }
+    if ((*cleared = vt_cuda_clear_repeated_slots(*slots, hp.num_tokens)) < 0) {
         PyErr_NoMemory();
         return -1;
     }
-    int64_t k = 0, cleared = 0;
-    for (int64_t t = 0; t < n; t++)
-        if (slots[t] >= 0) pairs[k++] = (slot_pair){slots[t], t};
-    qsort(pairs, (size_t)k, sizeof *pairs, cmp_pair);
-    for (int64_t i = 0; i + 1 < k; i++)
-        if (pairs[i].slot == pairs[i + 1].slot) {
-            slots[pairs[i].t] = -1;
-            cleared++;
-        }
-    free(pairs);
-    return cleared;
+    return 0;
+}
+
+/* Device copies of the (host) scales and, when duplicates were cleared,
+ * of the slots; the launch; the frees. */
+static int store_launch(PyObject *m, vt_store_call *c, const int64_t *slots, int64_t cleared) {
+    const char *fn = c->fn;
+    vt_kv_store_params p = c->p;
+    float *dev_scales = NULL;
+    int64_t *dev_slots = NULL;
+    vt_error err;
+    vt_error_clear(&err);
+    int st = vt_cuda_set_device(c->key.device_id, fn, &err);
+    if (st != VT_OK) st = VT_CUDA_ERR_RUNTIME;
+    const size_t nsc = p.scale_per_head ? (size_t)p.num_kv_heads : 1;
+    if (st == VT_OK && c->scales) {
+        st = vt_cuda_malloc((void **)&dev_scales, 2 * nsc * sizeof(float), fn, &err);
+        if (st == VT_OK) st = vt_cuda_to_device(dev_scales, c->scales, 2 * nsc * sizeof(float), fn, &err);
+        p.k_scale = dev_scales;
+        p.v_scale = dev_scales + nsc;
+    }
+    if (st == VT_OK && cleared > 0) {
+        st = vt_cuda_malloc((void **)&dev_slots, (size_t)p.num_tokens * 8, fn, &err);
+        if (st == VT_OK) st = vt_cuda_to_device(dev_slots, slots, (size_t)p.num_tokens * 8, fn, &err);
+        p.slot_mapping = dev_slots;
+    }
+    if (st == VT_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = vt_cuda_kv_store(&p, NULL, &err);
+        if (st == VT_OK && (dev_scales || dev_slots)) st = vt_cuda_synchronize(fn, &err); /* before the frees */
+        Py_END_ALLOW_THREADS
+    }
+    vt_cuda_free(dev_scales, fn, NULL);
+    vt_cuda_free(dev_slots, fn, NULL);
+    if (st != VT_OK) {
+        cu_raise(m, st, &err);
+        return -1;
+    }
+    return 0;
 }
 
 static PyObject *py_store(PyObject *m, PyObject *args, PyObject *kw) {
-    static const char *fn = "reshape_and_cache_flash";
-    static char *kwlist[] = {"key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype",
-                             "k_scale", "v_scale", "layout", NULL};
-    PyObject *ko, *vo, *kco, *vco, *smo, *kso, *vso;
-    const char *dtype_name, *layout = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOsOO|z:reshape_and_cache_flash", kwlist, &ko, &vo, &kco, &vco,
-                                     &smo, &dtype_name, &kso, &vso, &layout))
+    vt_store_pyargs a;
+    vt_store_call c;
+    memset(&c, 0, sizeof c);
+    c.fn = "reshape_and_cache_flash";
+    c.mem = VT_MEMORY_CUDA;
+    if (vt_store_pyargs_parse(args, kw, 0, &a) < 0 ||
+        vt_parse_dtype_name(a.kv_cache_dtype, c.fn, "kv_cache_dtype", &c.kv_flag) < 0 ||
+        vt_parse_layout(a.layout, c.fn, &c.hnd) < 0)
         return NULL;
-    int hnd = 0;
-    if (layout && strcmp(layout, "NHD") != 0) {
-        if (strcmp(layout, "HND") != 0) {
-            PyErr_Format(PyExc_ValueError, "%s: layout must be None, 'NHD' or 'HND'; got '%.32s'", fn, layout);
-            return NULL;
-        }
-        hnd = 1;
-    }
-    cu_tensor key = {0}, value = {0}, kc = {0}, vc = {0}, sm = {0};
     cu_scale ks = {0}, vs = {0};
-    int64_t *slots = NULL;
-    float *dev_scales = NULL, *dev_slots_f = NULL;
+    int64_t *slots = NULL, cleared = 0;
     PyObject *ret = NULL;
-    vt_error err;
-    vt_error_clear(&err);
-    if (cu_tensor_from(ko, fn, "key", 3, &key) < 0 || cu_tensor_from(vo, fn, "value", 3, &value) < 0 ||
-        cu_tensor_from(kco, fn, "key_cache", 4, &kc) < 0 || cu_tensor_from(vco, fn, "value_cache", 4, &vc) < 0 ||
-        cu_tensor_from(smo, fn, "slot_mapping", 1, &sm) < 0)
+    if (vt_store_pin_inputs(&c, cu_pin, NULL, a.key, a.value, a.slot_mapping, -1, -1) < 0 ||
+        vt_store_pin_caches(&c, cu_pin, NULL, a.key_cache, a.value_cache) < 0 ||
+        same_device(&c.key, &c.value, c.fn, "value") || same_device(&c.key, &c.key_cache, c.fn, "key_cache") ||
+        same_device(&c.key, &c.value_cache, c.fn, "value_cache") ||
+        same_device(&c.key, &c.slots, c.fn, "slot_mapping") || vt_store_check(&c) < 0)
         goto done;
-    if (same_device(&key, &value, fn, "value") || same_device(&key, &kc, fn, "key_cache") ||
-        same_device(&key, &vc, fn, "value_cache") || same_device(&key, &sm, fn, "slot_mapping"))
+    if (vt_dtype_get(c.p.cache_dtype)->is_fp8 &&
+        (store_scale(m, a.k_scale, c.fn, "k_scale", &ks) < 0 || store_scale(m, a.v_scale, c.fn, "v_scale", &vs) < 0 ||
+         vt_store_set_scales(&c, ks.host, ks.count, vs.host, vs.count) < 0))
         goto done;
-    const int64_t H = key.shape[1], D = key.shape[2];
-    if (value.shape[0] != key.shape[0] || value.shape[1] != H || value.shape[2] != D) {
-        PyErr_Format(PyExc_ValueError, "%s: value must have key's shape (%lld, %lld, %lld); got (%lld, %lld, %lld)", fn,
-                     (long long)key.shape[0], (long long)H, (long long)D, (long long)value.shape[0],
-                     (long long)value.shape[1], (long long)value.shape[2]);
-        goto done;
-    }
-    const int ia = hnd ? 2 : 1, ih = hnd ? 1 : 2; /* cache dims: block, slot (ia), head (ih), dim */
-    for (int w = 0; w < 2; w++) {
-        const cu_tensor *c = w ? &vc : &kc;
-        if (c->shape[ih] != H || c->shape[3] != D || (w && (vc.shape[0] != kc.shape[0] || vc.shape[ia] != kc.shape[ia]))) {
-            PyErr_Format(PyExc_ValueError, "%s: %s must have shape (num_blocks, block_size, %lld, %lld)%s; got (%lld, "
-                         "%lld, %lld, %lld)", fn, w ? "value_cache" : "key_cache", (long long)H, (long long)D,
-                         hnd ? " in HND order" : "", (long long)c->shape[0], (long long)c->shape[1],
-                         (long long)c->shape[2], (long long)c->shape[3]);
-            goto done;
-        }
-    }
-    if (sm.shape[0] > key.shape[0]) {
-        PyErr_Format(PyExc_ValueError, "%s: slot_mapping must have at most key's %lld tokens; got %lld", fn,
-                     (long long)key.shape[0], (long long)sm.shape[0]);
-        goto done;
-    }
-    if (key.elem != E_F32 && key.elem != E_F16 && key.elem != E_BF16) {
-        cu_dtype_err(fn, "key", "float32, float16 or bfloat16", &key);
-        goto done;
-    }
-    if (value.elem != key.elem) {
-        cu_dtype_err(fn, "value", elem_name(key.elem), &value);
-        goto done;
-    }
-    if (sm.elem != E_I64) {
-        cu_dtype_err(fn, "slot_mapping", "int64", &sm);
-        goto done;
-    }
-    int cache_dt;
-    if (vt_dtype_from_name(dtype_name, "kv_cache_dtype", &cache_dt, &err) != VT_OK) {
-        cu_raise(m, err.status, &err);
-        goto done;
-    }
-    if (cache_dt == VT_DTYPE_AUTO) cache_dt = key.elem;
-    const int fp8 = cache_dt == VT_DTYPE_FP8_E4M3 || cache_dt == VT_DTYPE_FP8_E5M2;
-    for (int w = 0; w < 2; w++) {
-        const cu_tensor *c = w ? &vc : &kc;
-        const char *arg = w ? "value_cache" : "key_cache";
-        int ok = fp8 ? (c->elem == E_U8 || c->elem == cache_dt) : c->elem == cache_dt;
-        if (!ok) {
-            cu_dtype_err(fn, arg, fp8 ? "uint8 or the named float8 dtype" : elem_name(cache_dt), c);
-            goto done;
-        }
-        if (c->strides[3] != c->itemsize || key.strides[2] != key.itemsize || value.strides[2] != value.itemsize) {
-            PyErr_Format(PyExc_ValueError, "%s: %s, key and value must have a contiguous last dimension", fn, arg);
-            goto done;
-        }
-    }
-    if (scale_arg(m, kso, fn, "k_scale", &ks) < 0 || scale_arg(m, vso, fn, "v_scale", &vs) < 0) goto done;
-    int per_head = 0;
-    if (fp8) {
-        for (int w = 0; w < 2; w++) {
-            const cu_scale *s = w ? &vs : &ks;
-            if (s->count != 1 && s->count != H) {
-                PyErr_Format(PyExc_ValueError, "%s: %s must have 1 or num_kv_heads = %lld elements; got %d", fn,
-                             w ? "v_scale" : "k_scale", (long long)H, s->count);
-                goto done;
-            }
-        }
-        if (ks.count != vs.count) {
-            PyErr_Format(PyExc_ValueError, "%s: k_scale and v_scale must have the same number of elements; got %d and %d",
-                         fn, ks.count, vs.count);
-            goto done;
-        }
-        per_head = ks.count == H && H > 1;
-    }
-    void *hs = NULL;
-    if (cu_copy_host(m, &sm, fn, "slot_mapping", &hs) < 0) goto done;
-    slots = hs;
-    vt_kv_store_params p;
-    memset(&p, 0, sizeof p);
-    p.fn = fn;
-    p.key = key.data;
-    p.value = value.data;
-    p.key_stride_token = key.strides[0];
-    p.key_stride_head = key.strides[1];
-    p.value_stride_token = value.strides[0];
-    p.value_stride_head = value.strides[1];
-    p.key_cache = (vt_kv_dst){kc.data, kc.strides[0], kc.strides[ia], kc.strides[ih], 0, D};
-    p.value_cache = (vt_kv_dst){vc.data, vc.strides[0], vc.strides[ia], vc.strides[ih], 0, D};
-    p.slot_mapping = slots;
-    p.num_tokens = sm.shape[0];
-    p.num_kv_heads = H;
-    p.head_size = D;
-    p.block_size = kc.shape[ia];
-    p.num_blocks = kc.shape[0];
-    p.src_dtype = (vt_dtype)key.elem;
-    p.cache_dtype = (vt_dtype)cache_dt;
-    p.k_scale = ks.host;
-    p.v_scale = vs.host;
-    p.scale_per_head = per_head;
-    int st = vt_kv_store_check(&p, &err); /* host copies: the CPU's checks and messages */
-    if (st != VT_OK) {
-        cu_raise(m, st, &err);
-        goto done;
-    }
-    int64_t cleared = dedup_slots(slots, p.num_tokens);
-    if (cleared < 0) goto done;
-    if (vt_cuda_set_device(key.device, fn, &err) != VT_OK) {
-        cu_raise(m, VT_CUDA_ERR_RUNTIME, &err);
-        goto done;
-    }
-    /* Device copies: host scales, and the slots when duplicates were cleared. */
-    const int nsc = fp8 ? ks.count : 1;
-    float host_sc[2 * 1024];
-    int need_scales = fp8 && (!ks.is_tensor || !vs.is_tensor);
-    if (need_scales) {
-        if (2 * nsc > 2048) {
-            PyErr_Format(PyExc_ValueError, "%s: k_scale must be a CUDA tensor when it has more than 1024 elements", fn);
-            goto done;
-        }
-        memcpy(host_sc, ks.host, (size_t)nsc * sizeof(float));
-        memcpy(host_sc + nsc, vs.host, (size_t)nsc * sizeof(float));
-        if (upload_floats(m, host_sc, 2 * nsc, &dev_scales, fn) < 0) goto done;
-    }
-    p.k_scale = fp8 ? (ks.is_tensor ? (const float *)ks.t.data : dev_scales) : NULL;
-    p.v_scale = fp8 ? (vs.is_tensor ? (const float *)vs.t.data : dev_scales + nsc) : NULL;
-    p.slot_mapping = (const int64_t *)sm.data;
-    if (cleared > 0) {
-        if (vt_cuda_malloc((void **)&dev_slots_f, (size_t)p.num_tokens * 8, fn, &err) != VT_OK ||
-            vt_cuda_to_device(dev_slots_f, slots, (size_t)p.num_tokens * 8, fn, &err) != VT_OK) {
-            cu_raise(m, err.status == VT_ERR_NOMEM ? VT_ERR_NOMEM : VT_CUDA_ERR_RUNTIME, &err);
-            goto done;
-        }
-        p.slot_mapping = (const int64_t *)dev_slots_f;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    st = vt_cuda_kv_store(&p, NULL, &err);
-    if (st == VT_OK && (dev_scales || dev_slots_f)) st = vt_cuda_synchronize(fn, &err); /* before the frees */
-    Py_END_ALLOW_THREADS
-    if (st != VT_OK) {
-        cu_raise(m, st, &err);
-        goto done;
-    }
+    if (store_host_checks(m, &c, &slots, &cleared) < 0 || store_launch(m, &c, slots, cleared) < 0) goto done;
     ret = Py_NewRef(Py_None);
 done:
-    vt_cuda_free(dev_scales, fn, NULL);
-    vt_cuda_free(dev_slots_f, fn, NULL);
     free(slots);
     scale_release(&ks);
     scale_release(&vs);
-    cu_release(&key);
-    cu_release(&value);
-    cu_release(&kc);
-    cu_release(&vc);
-    cu_release(&sm);
+    vt_store_release(&c);
     return ret;
 }
 
 /* Optional small float array (alibi_slopes, s_aux): None, or a CUDA float32 tensor of n elements. */
-static int opt_floats(PyObject *m, PyObject *obj, const char *fn, const char *arg, int n, cu_tensor *t, void **host) {
+static int opt_floats(PyObject *m, PyObject *obj, const char *fn, const char *arg, int n, vt_tensor *t, void **host) {
     *host = NULL;
     memset(t, 0, sizeof *t);
     if (obj == Py_None) return 0;
     if (cu_tensor_from(obj, fn, arg, 1, t) < 0) return -1;
-    if (t->elem != E_F32) return cu_dtype_err(fn, arg, "float32", t);
+    if (t->elem != VT_ELEM_F32) return cu_dtype_err(fn, arg, "float32", t);
     if (t->shape[0] != n) {
         PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%d,); got (%lld,)", fn, arg, n, (long long)t->shape[0]);
         return -1;
@@ -535,7 +340,7 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
                           &outo, &lseo, &max_q, &max_k, &scale, &causal, &wl, &wr, &softcap, &alo, &sao, &kdo, &vdo,
                           &dtype_name, &validate))
         return NULL;
-    cu_tensor q = {0}, k = {0}, v = {0}, cu = {0}, sk = {0}, bt = {0}, out = {0}, lse = {0}, al = {0}, sa = {0};
+    vt_tensor q = {0}, k = {0}, v = {0}, cu = {0}, sk = {0}, bt = {0}, out = {0}, lse = {0}, al = {0}, sa = {0};
     cu_scale kd = {0}, vd = {0};
     void *h_cu = NULL, *h_sk = NULL, *h_bt = NULL, *h_al = NULL, *h_sa = NULL, *ws = NULL;
     float *dev_desc = NULL;
@@ -551,25 +356,25 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
     if (lseo != Py_None && cu_tensor_from(lseo, fn, "lse", 2, &lse) < 0) goto done;
     if (same_device(&q, &k, fn, "k") || same_device(&q, &v, fn, "v") || same_device(&q, &cu, fn, "cu_seqlens_q") ||
         same_device(&q, &sk, fn, "seqused_k") || same_device(&q, &bt, fn, "block_table") ||
-        same_device(&q, &out, fn, "out") || (lse.capsule && same_device(&q, &lse, fn, "lse")))
+        same_device(&q, &out, fn, "out") || (lse.owner && same_device(&q, &lse, fn, "lse")))
         goto done;
     const int H = (int)q.shape[1], D = (int)q.shape[2], Hkv = (int)k.shape[2];
     const int B = (int)sk.shape[0];
-    if (q.elem != E_F32 && q.elem != E_F16 && q.elem != E_BF16) {
+    if (q.elem != VT_ELEM_F32 && q.elem != VT_ELEM_F16 && q.elem != VT_ELEM_BF16) {
         cu_dtype_err(fn, "q", "float32, float16 or bfloat16", &q);
         goto done;
     }
     if (out.elem != q.elem) {
-        cu_dtype_err(fn, "out", elem_name(q.elem), &out);
+        cu_dtype_err(fn, "out", vt_elem_name(q.elem), &out);
         goto done;
     }
-    if (cu.elem != E_I32 || sk.elem != E_I32 || bt.elem != E_I32) {
-        const cu_tensor *bad = cu.elem != E_I32 ? &cu : sk.elem != E_I32 ? &sk : &bt;
-        cu_dtype_err(fn, cu.elem != E_I32 ? "cu_seqlens_q" : sk.elem != E_I32 ? "seqused_k" : "block_table", "int32",
+    if (cu.elem != VT_ELEM_I32 || sk.elem != VT_ELEM_I32 || bt.elem != VT_ELEM_I32) {
+        const vt_tensor *bad = cu.elem != VT_ELEM_I32 ? &cu : sk.elem != VT_ELEM_I32 ? &sk : &bt;
+        cu_dtype_err(fn, cu.elem != VT_ELEM_I32 ? "cu_seqlens_q" : sk.elem != VT_ELEM_I32 ? "seqused_k" : "block_table", "int32",
                      bad);
         goto done;
     }
-    if (lse.capsule && (lse.elem != E_F32 || lse.shape[0] != H || lse.shape[1] != q.shape[0])) {
+    if (lse.owner && (lse.elem != VT_ELEM_F32 || lse.shape[0] != H || lse.shape[1] != q.shape[0])) {
         PyErr_Format(PyExc_ValueError, "%s: lse must be float32 of shape (%d, %lld)", fn, H, (long long)q.shape[0]);
         goto done;
     }
@@ -589,30 +394,31 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
         cu_raise(m, err.status, &err);
         goto done;
     }
-    if (k.elem == E_E4M3 || k.elem == E_E5M2) {
-        if (kv_dt != VT_DTYPE_AUTO && kv_dt != k.elem) {
-            cu_dtype_err(fn, "k", elem_name(kv_dt), &k);
+    if (k.elem == VT_ELEM_E4M3 || k.elem == VT_ELEM_E5M2) {
+        if (kv_dt != VT_DTYPE_AUTO && kv_dt != (int)k.elem) {
+            cu_dtype_err(fn, "k", vt_elem_name((vt_elem)kv_dt), &k);
             goto done;
         }
-        kv_dt = k.elem;
-    } else if (k.elem == E_U8) {
+        kv_dt = (int)k.elem;
+    } else if (k.elem == VT_ELEM_U8) {
         if (kv_dt != VT_DTYPE_FP8_E4M3 && kv_dt != VT_DTYPE_FP8_E5M2) {
             PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must name the fp8 format of a uint8 cache; got '%.32s'",
                          fn, dtype_name);
             goto done;
         }
-    } else if (k.elem == E_F32 || k.elem == E_F16 || k.elem == E_BF16) {
-        kv_dt = k.elem;
+    } else if (k.elem == VT_ELEM_F32 || k.elem == VT_ELEM_F16 || k.elem == VT_ELEM_BF16) {
+        kv_dt = (int)k.elem;
     } else {
         cu_dtype_err(fn, "k", "a KV-cache dtype", &k);
         goto done;
     }
     if (v.elem != k.elem) {
-        cu_dtype_err(fn, "v", elem_name(k.elem), &v);
+        cu_dtype_err(fn, "v", vt_elem_name(k.elem), &v);
         goto done;
     }
-    if (q.strides[2] != q.itemsize || k.strides[3] != k.itemsize || v.strides[3] != v.itemsize ||
-        out.strides[2] != out.itemsize || bt.strides[1] != 4) {
+    if (!vt_tensor_last_dim_contiguous(&q) || !vt_tensor_last_dim_contiguous(&k) ||
+        !vt_tensor_last_dim_contiguous(&v) || !vt_tensor_last_dim_contiguous(&out) ||
+        !vt_tensor_last_dim_contiguous(&bt)) {
         PyErr_Format(PyExc_ValueError, "%s: q, k, v, out and block_table must have a contiguous last dimension", fn);
         goto done;
     }
@@ -670,9 +476,9 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
     p.out = out.data;
     p.out_stride_tok = out.strides[0];
     p.out_stride_head = out.strides[1];
-    p.lse = lse.capsule ? (float *)lse.data : NULL;
-    p.lse_stride_head = lse.capsule ? lse.strides[0] / 4 : 0;
-    p.lse_stride_tok = lse.capsule ? lse.strides[1] / 4 : 0;
+    p.lse = lse.owner ? (float *)lse.data : NULL;
+    p.lse_stride_head = lse.owner ? lse.strides[0] / 4 : 0;
+    p.lse_stride_tok = lse.owner ? lse.strides[1] / 4 : 0;
     if (validate) {
         vt_attn_params hp = p; /* host copies for the core's checks */
         hp.cu_seqlens_q = h_cu;
@@ -697,7 +503,7 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
             }
         }
     }
-    if (vt_cuda_set_device(q.device, fn, &err) != VT_OK) {
+    if (vt_cuda_set_device(q.device_id, fn, &err) != VT_OK) {
         cu_raise(m, VT_CUDA_ERR_RUNTIME, &err);
         goto done;
     }
@@ -707,8 +513,8 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
     p.cu_seqlens_q = (const int32_t *)cu.data;
     p.seqused_k = (const int32_t *)sk.data;
     p.block_table = (const int32_t *)bt.data;
-    p.alibi_slopes = al.capsule ? (const float *)al.data : NULL;
-    p.s_aux = sa.capsule ? (const float *)sa.data : NULL;
+    p.alibi_slopes = al.owner ? (const float *)al.data : NULL;
+    p.s_aux = sa.owner ? (const float *)sa.data : NULL;
     p.k_descale = !kd.host ? NULL : kd.is_tensor ? (const float *)kd.t.data : dev_desc;
     p.v_descale = !vd.host ? NULL : vd.is_tensor ? (const float *)vd.t.data : dev_desc + 1;
     size_t ws_bytes = 0;
@@ -736,10 +542,12 @@ done:
     free(h_sa);
     scale_release(&kd);
     scale_release(&vd);
-    cu_tensor *all[] = {&q, &k, &v, &cu, &sk, &bt, &out, &lse, &al, &sa};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) cu_release(all[i]);
+    vt_tensor *all[] = {&q, &k, &v, &cu, &sk, &bt, &out, &lse, &al, &sa};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) vt_tensor_release(all[i]);
     return ret;
 }
+
+static char store_doc[512];
 
 static PyMethodDef cu_methods[] = {
     {"device_count", py_device_count, METH_NOARGS,
@@ -749,8 +557,7 @@ static PyMethodDef cu_methods[] = {
     {"runtime_version", py_runtime_version, METH_NOARGS,
      "runtime_version($module, /)\n--\n\n(runtime, driver) versions in CUDA's encoding; 0 when unknown."},
     {"reshape_and_cache_flash", (PyCFunction)(void (*)(void))py_store, METH_VARARGS | METH_KEYWORDS,
-     "reshape_and_cache_flash($module, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, "
-     "v_scale, layout=None)\n--\n\nvLLM's store on CUDA tensors (see vtinfer.reshape_and_cache_flash)."},
+     store_doc},
     {"flash_attn_varlen_func", py_attn, METH_VARARGS,
      "flash_attn_varlen_func($module, q, k, v, cu_seqlens_q, seqused_k, block_table, out, lse, max_seqlen_q, "
      "max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, s_aux, k_descale, "
@@ -761,6 +568,8 @@ static PyMethodDef cu_methods[] = {
 
 static int cu_exec(PyObject *m) {
     cu_state *st = cu_get_state(m);
+    vt_signature_doc(vt_store_flash_signature(), "vLLM's store on CUDA tensors (see vtinfer.reshape_and_cache_flash).",
+                     store_doc, sizeof store_doc);
     PyObject *c = PyImport_ImportModule("vtinfer._C");
     if (!c) return -1;
     st->VtinferError = PyObject_GetAttrString(c, "VtinferError");

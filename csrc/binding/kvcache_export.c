@@ -1,0 +1,259 @@
+/* Zero-copy exports of a PagedKVCache: NumPy views of a layer's K/V (and
+ * scale planes) and DLPack capsules of the cache, a layer or one of its
+ * K/V. Each export holds a reference to the cache and one count of
+ * KVCacheObject.exports (atomic: dropped by DLPack deleters that may run
+ * on any thread), so release() refuses while one is alive. */
+#include "vt_kvcache_type.h"
+
+#include <string.h>
+
+/* An export pin: a capsule whose destructor releases the cache's count. */
+static void export_pin_destroy(PyObject *cap) {
+    KVCacheObject *self = PyCapsule_GetPointer(cap, "vtinfer.kv_export");
+    if (!self) {
+        PyErr_Clear();
+        return;
+    }
+    vt_kv_exports_add(self, -1);
+    Py_DECREF(self);
+}
+
+static PyObject *export_pin_new(KVCacheObject *self) {
+    PyObject *cap = PyCapsule_New(self, "vtinfer.kv_export", export_pin_destroy);
+    if (!cap) return NULL;
+    Py_INCREF(self);
+    vt_kv_exports_add(self, 1);
+    return cap;
+}
+
+/* NumPy view of K (which 0) or V (1) of a layer: the layout's shape,
+ * contiguous, writable, uint8 for fp8. */
+static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
+    const char *fn = which ? "PagedKVCache.value_cache" : "PagedKVCache.key_cache";
+    vt_module_state *st = vt_state_from_type(Py_TYPE(self));
+    int64_t layer;
+    if (!st || vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    const vt_kv_cache_config *g = &self->c->cfg;
+    npy_intp dims[4] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads,
+                        (npy_intp)g->head_size};
+    if (g->layout == VT_KV_LAYOUT_HND) {
+        dims[1] = (npy_intp)g->num_kv_heads;
+        dims[2] = (npy_intp)g->block_size;
+    }
+    PyArray_Descr *d;
+    switch (g->dtype) {
+    case VT_DTYPE_F32: d = PyArray_DescrFromType(NPY_FLOAT32); break;
+    case VT_DTYPE_F16: d = PyArray_DescrFromType(NPY_FLOAT16); break;
+    case VT_DTYPE_BF16: d = st->descr_bf16; Py_INCREF(d); break;
+    default: d = PyArray_DescrFromType(vt_dtype_get(g->dtype)->is_int ? NPY_INT8 : NPY_UINT8); break;
+    }
+    PyObject *pin = export_pin_new(self);
+    if (!pin) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, 4, dims, NULL, vt_kv_cache_layer_data(self->c, layer, which),
+                                       NPY_ARRAY_CARRAY, NULL);
+    if (!a) {
+        Py_DECREF(pin);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* Zero-copy float32 [num_blocks, block_size, H_kv] view of a per-token-head layer's K/V scale plane. */
+static PyObject *kv_scale_view(KVCacheObject *self, PyObject *layer_obj, int which) {
+    const char *fn = which ? "PagedKVCache.v_scale_cache" : "PagedKVCache.k_scale_cache";
+    vt_module_state *st = vt_state_from_type(Py_TYPE(self));
+    int64_t layer;
+    if (!st || vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
+    const vt_kv_cache_config *g = &self->c->cfg;
+    if (!vt_dtype_per_token_head(g->dtype)) {
+        PyErr_Format(PyExc_ValueError, "%s: the cache must have a per-token-head dtype; got '%s'", fn,
+                     vt_dtype_get(g->dtype)->name);
+        return NULL;
+    }
+    npy_intp dims[3] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads};
+    PyObject *pin = export_pin_new(self);
+    if (!pin) return NULL;
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(NPY_FLOAT32), 3, dims, NULL,
+                                       vt_kv_cache_scale_data(self->c, layer, which), NPY_ARRAY_CARRAY, NULL);
+    if (!a) {
+        Py_DECREF(pin);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+PyObject *vt_kv_k_scale_cache(PyObject *self, PyObject *layer) {
+    return kv_scale_view((KVCacheObject *)self, layer, 0);
+}
+PyObject *vt_kv_v_scale_cache(PyObject *self, PyObject *layer) {
+    return kv_scale_view((KVCacheObject *)self, layer, 1);
+}
+
+PyObject *vt_kv_key_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 0); }
+PyObject *vt_kv_value_cache(PyObject *self, PyObject *layer) { return kv_view((KVCacheObject *)self, layer, 1); }
+
+/* ---- DLPack export ---- */
+
+typedef struct dl_export {
+    vt_dl_managed legacy;
+    vt_dl_managed_versioned versioned;
+    int is_versioned;
+    int64_t shape[6], strides[6];
+    KVCacheObject *owner;
+} dl_export;
+
+static void dl_export_free(dl_export *e) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    vt_kv_exports_add(e->owner, -1);
+    Py_DECREF(e->owner);
+    PyMem_RawFree(e);
+    PyGILState_Release(g);
+}
+
+static void dl_deleter_legacy(vt_dl_managed *m) { dl_export_free((dl_export *)m->manager_ctx); }
+static void dl_deleter_versioned(vt_dl_managed_versioned *m) { dl_export_free((dl_export *)m->manager_ctx); }
+
+static void dl_capsule_destroy(PyObject *cap) {
+    /* Only a capsule nobody consumed still carries its original name. */
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        vt_dl_managed_versioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        m->deleter(m);
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        vt_dl_managed *m = PyCapsule_GetPointer(cap, "dltensor");
+        m->deleter(m);
+    }
+    PyErr_Clear();
+}
+
+/* layer -1: the whole cache [L, 2, ...]; which -1: [2, ...] of a layer;
+ * which 0/1: K or V of a layer. */
+static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which, int versioned) {
+    const vt_kv_cache *c = self->c;
+    const vt_kv_cache_config *g = &c->cfg;
+    const int64_t es = (int64_t)c->elem_bytes, region = (int64_t)(c->region_bytes / c->elem_bytes);
+    dl_export *e = PyMem_RawCalloc(1, sizeof *e);
+    if (!e) return PyErr_NoMemory();
+    int64_t inner[4] = {g->num_blocks, g->block_size, g->num_kv_heads, g->head_size};
+    if (g->layout == VT_KV_LAYOUT_HND) {
+        inner[1] = g->num_kv_heads;
+        inner[2] = g->block_size;
+    }
+    int nd = 0;
+    if (layer < 0) {
+        e->shape[nd] = g->num_layers;
+        e->strides[nd++] = 2 * region;
+    }
+    if (which < 0) {
+        e->shape[nd] = 2;
+        e->strides[nd++] = region;
+    }
+    int64_t stride = 1;
+    for (int i = 3; i >= 0; i--) {
+        e->shape[nd + i] = inner[i];
+        e->strides[nd + i] = stride;
+        stride *= inner[i];
+    }
+    nd += 4;
+    vt_dl_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = vt_kv_cache_layer_data(c, layer < 0 ? 0 : layer, which < 0 ? 0 : which);
+    t.device.device_type = VT_DL_CPU;
+    t.device.device_id = 0;
+    t.ndim = nd;
+    t.dtype.lanes = 1;
+    t.dtype.bits = (uint8_t)(es * 8);
+    const vt_dtype_info *di = vt_dtype_get(g->dtype);
+    t.dtype.code = g->dtype == VT_DTYPE_BF16           ? VT_DL_BFLOAT
+                   : di->is_int                        ? VT_DL_INT
+                   : di->scale_kind != VT_SCALE_NONE   ? VT_DL_UINT
+                                                       : VT_DL_FLOAT;
+    t.shape = e->shape;
+    t.strides = e->strides;
+    e->owner = self;
+    e->is_versioned = versioned;
+    PyObject *cap;
+    if (versioned) {
+        e->versioned.version.major = 1;
+        e->versioned.version.minor = 0;
+        e->versioned.manager_ctx = e;
+        e->versioned.deleter = dl_deleter_versioned;
+        e->versioned.dl_tensor = t;
+        cap = PyCapsule_New(&e->versioned, "dltensor_versioned", dl_capsule_destroy);
+    } else {
+        e->legacy.manager_ctx = e;
+        e->legacy.deleter = dl_deleter_legacy;
+        e->legacy.dl_tensor = t;
+        cap = PyCapsule_New(&e->legacy, "dltensor", dl_capsule_destroy);
+    }
+    if (!cap) {
+        PyMem_RawFree(e);
+        return NULL;
+    }
+    Py_INCREF(self);
+    vt_kv_exports_add(self, 1);
+    return cap;
+}
+
+/* max_version None or a tuple (major, minor): versioned when major >= 1. */
+static int want_versioned(PyObject *mv) {
+    if (!mv || mv == Py_None) return 0;
+    if (!PyTuple_Check(mv) || PyTuple_GET_SIZE(mv) < 1) return 0;
+    long major = PyLong_AsLong(PyTuple_GET_ITEM(mv, 0));
+    if (major == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return major >= 1;
+}
+
+PyObject *vt_kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    KVCacheObject *self = (KVCacheObject *)op;
+    PyObject *stream = Py_None, *mv = Py_None, *dev = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &mv, &dev, &copy)) return NULL;
+    if (vt_kv_require_storage(self, "PagedKVCache.__dlpack__") < 0) return NULL;
+    if (copy == Py_True) {
+        PyErr_SetString(PyExc_BufferError, "PagedKVCache.__dlpack__: copy must be None or False; got True");
+        return NULL;
+    }
+    return kv_dlpack_capsule(self, -1, -1, want_versioned(mv));
+}
+
+PyObject *vt_kv_private_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"layer", "which", "max_version", NULL};
+    KVCacheObject *self = (KVCacheObject *)op;
+    PyObject *layer_obj = NULL, *mv = Py_None;
+    int which = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OiO:_dlpack", kwlist, &layer_obj, &which, &mv)) return NULL;
+    if (vt_kv_require_storage(self, "PagedKVCache._dlpack") < 0) return NULL;
+    int64_t layer = -1;
+    if (layer_obj && layer_obj != Py_None && vt_kv_layer_arg(self, layer_obj, "PagedKVCache._dlpack", &layer) < 0)
+        return NULL;
+    if (which < -1 || which > 1) {
+        PyErr_Format(PyExc_ValueError, "PagedKVCache._dlpack: which must be -1, 0 or 1; got %d", which);
+        return NULL;
+    }
+    if (layer < 0 && which >= 0) {
+        PyErr_SetString(PyExc_ValueError, "PagedKVCache._dlpack: which needs a layer");
+        return NULL;
+    }
+    return kv_dlpack_capsule(self, layer, which, want_versioned(mv));
+}
+
+PyObject *vt_kv_dlpack_device(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("(ii)", VT_DL_CPU, 0);
+}
+

@@ -1,0 +1,57 @@
+"""Each signature is written once (issue #16 item 6): the C tables
+(csrc/binding/vt_signature.h) make the docstrings, hence
+inspect.signature of the C functions; the stub (_C.pyi), the Python
+wrappers and the CUDA extension must say the same, or this fails."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import vtinfer as vt
+from vtinfer import _C
+
+STUB = Path(vt.__file__).with_name("_C.pyi")
+FUNCS = ["flash_attn_varlen_func", "reshape_and_cache_flash", "reshape_and_cache"]
+
+
+def _shape(sig: inspect.Signature):
+    """(name, kind, default) of each parameter; defaults compared by value."""
+    return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+
+def _stub_signature(name: str) -> list:
+    tree = ast.parse(STUB.read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    a = fn.args
+    out = []
+    pos = a.posonlyargs + a.args
+    pdefaults = [inspect.Parameter.empty] * (len(pos) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
+    for arg, d in zip(pos, pdefaults):
+        kind = inspect.Parameter.POSITIONAL_ONLY if arg in a.posonlyargs else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        out.append((arg.arg, kind, d))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append((arg.arg, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty if d is None else ast.literal_eval(d)))
+    return out
+
+
+@pytest.mark.parametrize("name", FUNCS)
+def test_c_signature_equals_stub(name):
+    assert _shape(inspect.signature(getattr(_C, name))) == _stub_signature(name)
+
+
+@pytest.mark.parametrize("name", FUNCS)
+def test_c_signature_equals_python_wrapper(name):
+    assert _shape(inspect.signature(getattr(_C, name))) == _shape(inspect.signature(getattr(vt, name)))
+
+
+def test_cuda_store_signature_equals_cpu():
+    try:
+        from vtinfer import _cuda
+    except ImportError:
+        pytest.skip("vtinfer._cuda not built")
+    assert _shape(inspect.signature(_cuda.reshape_and_cache_flash)) == _shape(
+        inspect.signature(_C.reshape_and_cache_flash))
