@@ -258,7 +258,7 @@ def _dequantize_query(
 
     if hasattr(q, "detach"):
         q = q.detach().contiguous()
-    codes = _C.fp8_dequantize(q, 1.0, fmt, dtype=ml_dtypes.bfloat16)
+    codes = _C.fp8_dequantize(q, 1.0, fmt, dtype=ml_dtypes.bfloat16, num_threads=1)  # q is tiny: no pool wake-up
     if q_descale is None:
         return codes, k_descale
     batch = len(cu_seqlens_q) - 1
