@@ -1,11 +1,25 @@
-"""Paged attention benchmark: model shapes (H_kv 8, D 128), ratios taken in
-one run against same-run probes (read bandwidth of a same-sized buffer,
-float32 FMA peak from benchmarks/_attn_probe.c built with the system
-compiler), interleaved and repeated, best of N quoted; with torch installed,
-torch SDPA (bfloat16, contiguous keys, same thread count) timed on the same
-problems, quoted as SDPA time / ours. Never asserts.
+"""Paged attention benchmark on realistic data, with the machine's limits.
 
-    python benchmarks/bench_attention.py [--ctx 32768] [--reps 5] [--threads N] [--out results/attention.json]
+Model shapes (H_kv 8, D 128, block 16, blocks shuffled). K and V are
+N(0, 1) float32 values (quantized model activations look like this, not
+like random fp8 codes); the bfloat16 cache holds them rounded to bf16 and
+the fp8 cache holds ``fp8_quantize(x, s)`` of the same values with a
+per-tensor scale ``s = max|x| / 448`` passed as the descale, so both
+dtypes see the same logits and the same softmax.
+
+Probes, built from benchmarks/_attn_probe.c with the system compiler and run
+in the same process between the rounds: read bandwidth of a buffer of the
+cache's bytes on 1 and on N threads, the fp32 FMA peak and the AVX512-BF16
+pair-dot (vdpbf16ps) peak on N threads. Per shape it prints the median time
+of R interleaved rounds, the binding limit (memory: KV bytes / N-thread
+read bandwidth; compute: QK + PV flops / fp32 FMA peak, the instruction the
+kernels use today) and the fraction of that limit reached; with torch, SDPA
+on the same values (bf16, keys gathered contiguous outside the timing) as
+plain SDPA (enable_gqa) and as "group as rows" (the G query heads of a KV
+head as G query rows of one head). Never asserts.
+
+    python benchmarks/bench_attention.py [--ctx 32768] [--dram-ctx 131072] [--reps 5]
+                                         [--threads N] [--out results/attention.json] [--json]
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ import argparse
 import ctypes
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,146 +41,167 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import vtinfer as vt  # noqa: E402
 from vtinfer import _C  # noqa: E402
 
+HKV, D, BS = 8, 128, 16
+
 
 def build_probe():
     src = os.path.join(os.path.dirname(__file__), "_attn_probe.c")
     so = os.path.join(tempfile.mkdtemp(), "probe.so")
-    subprocess.check_call(["cc", "-O2", "-shared", "-fPIC", "-o", so, src])
+    subprocess.check_call(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", so, src])
     lib = ctypes.CDLL(so)
-    lib.read_sum.restype = ctypes.c_double
-    lib.read_sum.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    lib.fma_run.restype = ctypes.c_double
-    lib.fma_run.argtypes = [ctypes.c_long]
+    lib.read_bw.restype = ctypes.c_double
+    lib.read_bw.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    lib.fma_peak.restype = ctypes.c_double
+    lib.fma_peak.argtypes = [ctypes.c_long, ctypes.c_int]
+    lib.bf16dot_peak.restype = ctypes.c_double
+    lib.bf16dot_peak.argtypes = [ctypes.c_long, ctypes.c_int]
     return lib
 
 
-def best(fn, reps):
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+def values(shape, rng):
+    return rng.standard_normal(shape, dtype=np.float32)
 
 
-def make(ctx, H, Hkv, D, bs, kv, q_len=1, contiguous=False, seed=0):
+def make(ctx, G, q_len=1, seed=0):
+    """One problem: q, both caches (same values), the call's arguments."""
     rng = np.random.default_rng(seed)
-    nb = -(-ctx // bs)
-    fp8 = kv.startswith("fp8")
-    dt = np.uint8 if fp8 else ml_dtypes.bfloat16
-    shape = (nb, bs, Hkv, D)
-    if fp8:
-        k = rng.integers(0, 0x70, size=shape, dtype=np.uint8)
-        v = rng.integers(0, 0x70, size=shape, dtype=np.uint8)
-    else:
-        k = rng.standard_normal(shape, dtype=np.float32).astype(dt)
-        v = rng.standard_normal(shape, dtype=np.float32).astype(dt)
-    bt = (np.arange(nb) if contiguous else rng.permutation(nb)).astype(np.int32)[None]
-    q = rng.standard_normal((q_len, H, D), dtype=np.float32).astype(ml_dtypes.bfloat16)
-    args = dict(cu_seqlens_q=np.array([0, q_len], np.int32), seqused_k=np.array([ctx], np.int32), block_table=bt,
-                kv_cache_dtype=kv if fp8 else "auto")
-    return q, k, v, args, k.nbytes + v.nbytes
+    nb = -(-ctx // BS)
+    shape = (nb, BS, HKV, D)
+    kf, vf = values(shape, rng), values(shape, rng)
+    ks, vs = float(np.abs(kf).max()) / 448.0, float(np.abs(vf).max()) / 448.0
+    caches = {
+        "bfloat16": (kf.astype(ml_dtypes.bfloat16), vf.astype(ml_dtypes.bfloat16), {}),
+        "fp8_e4m3": (vt.fp8_quantize(kf, ks), vt.fp8_quantize(vf, vs),
+                     dict(kv_cache_dtype="fp8_e4m3", k_descale=np.array([ks], np.float32),
+                          v_descale=np.array([vs], np.float32))),
+    }
+    del kf, vf
+    bt = rng.permutation(nb).astype(np.int32)[None]
+    q = values((q_len, HKV * G, D), rng).astype(ml_dtypes.bfloat16)
+    args = dict(cu_seqlens_q=np.array([0, q_len], np.int32), seqused_k=np.array([ctx], np.int32), block_table=bt)
+    return q, caches, args
+
+
+def torch_ops(torch, q, k, v, bt, G, q_len, nth):
+    """SDPA (bf16) on the same values, keys gathered contiguous outside the timing."""
+    F = torch.nn.functional
+    tk = torch.from_numpy(k.view(np.uint16)[bt[0]].reshape(-1, HKV, D)).view(torch.bfloat16).transpose(0, 1)[None]
+    tv = torch.from_numpy(v.view(np.uint16)[bt[0]].reshape(-1, HKV, D)).view(torch.bfloat16).transpose(0, 1)[None]
+    tk, tv = tk.contiguous(), tv.contiguous()
+    tq = torch.from_numpy(q.view(np.uint16)).view(torch.bfloat16).transpose(0, 1)[None].contiguous()  # [1, H, ql, D]
+    kl = tk.shape[2]
+    mask = None
+    if q_len > 1:
+        mask = torch.from_numpy(np.arange(kl)[None, :] <= (kl - q_len + np.arange(q_len))[:, None])
+    ops = {"sdpa": lambda: F.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, enable_gqa=G > 1)}
+    if q_len == 1 and G > 1:
+        rows = tq.reshape(1, HKV, G, D)  # the G heads of a KV head as G query rows
+        ops["sdpa_group_rows"] = lambda: F.scaled_dot_product_attention(rows, tk, tv)
+    return ops
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--dram-ctx", type=int, default=131072, help="the DRAM-scale case (GQA 4); 0 skips it")
     ap.add_argument("--prefill-q", type=int, default=512)
     ap.add_argument("--prefill-k", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args()
     nth = a.threads or len(os.sched_getaffinity(0))
     lib = build_probe()
-    res = {"isa": _C.isa(), "cpu": vt.build_info()["cpu_features"], "threads": nth, "figures": {}}
-    fig = res["figures"]
-
-    def bw_probe(nbytes):
-        buf = np.ones(nbytes // 4, np.float32)
-        return nbytes / best(lambda: lib.read_sum(buf.ctypes.data, buf.size, 1), a.reps)
-
-    # FMA peak: 16 x 16-lane FMAs (2 flops) per iteration, one thread; x threads
-    iters = 20_000_000
-    t = best(lambda: lib.fma_run(iters), 3)
-    fma_peak = iters * 16 * 16 * 2 / t * nth
-    res["fma_peak_gflops"] = fma_peak / 1e9
-
     try:
         import torch
 
         torch.set_num_threads(nth)
-        res["torch"] = torch.__version__
+        tver = torch.__version__
     except ImportError:
-        torch = None
-        res["torch"] = "not installed"
+        torch, tver = None, "not installed"
+    res = {"isa": _C.isa(), "threads": nth, "torch": tver, "reps": a.reps,
+           "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "shapes": {},
+           "probes": {}}
 
-    def sdpa_time(q, k, v, bt, G, q_len):
-        """torch SDPA (bfloat16, CPU) on the same keys gathered to contiguous
-        [1, H, ctx, D] outside the timing; GQA by enable_gqa; bottom-right
-        causal mask when q_len > 1."""
-        kc = torch.from_numpy(k[bt[0]].reshape(-1, k.shape[2], k.shape[3]).astype(np.float32))
-        vc = torch.from_numpy(v[bt[0]].reshape(-1, v.shape[2], v.shape[3]).astype(np.float32))
-        tk = kc.to(torch.bfloat16).transpose(0, 1)[None].contiguous()
-        tv = vc.to(torch.bfloat16).transpose(0, 1)[None].contiguous()
-        tq = torch.from_numpy(q.astype(np.float32)).to(torch.bfloat16).transpose(0, 1)[None].contiguous()
-        kl = tk.shape[2]
-        mask = None
-        if q_len > 1:
-            mask = torch.from_numpy(np.arange(kl)[None, :] <= (kl - q_len + np.arange(q_len))[:, None])
-        f = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask,  # noqa: E731
-                                                                     enable_gqa=G > 1)
-        return f
+    iters = 5_000_000
+    fma = [iters * 16 * 16 * 2 * nth / lib.fma_peak(iters, nth) for _ in range(3)]
+    tb = lib.bf16dot_peak(iters, nth)
+    bfd = [iters * 16 * 64 * nth / lib.bf16dot_peak(iters, nth) for _ in range(3)] if tb > 0 else [float("nan")]
+    res["probes"]["fma_peak_gflops"] = max(fma) / 1e9
+    res["probes"]["bf16dot_peak_gflops"] = max(bfd) / 1e9
+    fma_peak = max(fma)
 
-    # decode, GQA 1/4/8, bf16 vs fp8, paged vs contiguous, softcap on/off
-    for gqa in (1, 4, 8):
-        H = 8 * gqa
-        times = {}
+    shapes = [(f"decode_{a.ctx // 1024}k_gqa{g}", a.ctx, g, 1) for g in (1, 4, 8)]
+    if a.dram_ctx:
+        shapes.append((f"decode_{a.dram_ctx // 1024}k_gqa4", a.dram_ctx, 4, 1))
+    shapes.append((f"prefill_{a.prefill_q}x{a.prefill_k}_gqa4_causal", a.prefill_k, 4, a.prefill_q))
+    for name, ctx, G, ql in shapes:
+        q, caches, args = make(ctx, G, ql)
+        H = HKV * G
+        pairs = ctx if ql == 1 else sum(ctx - ql + i + 1 for i in range(ql))
+        flops = 4.0 * H * D * pairs
+        ops = {}
+        for kv, (k, v, extra) in caches.items():
+            ops[kv] = (lambda k=k, v=v, extra=extra: vt.flash_attn_varlen_func(q, k, v, **args, **extra,
+                                                                               num_threads=nth))
+        if torch is not None:
+            k, v, _ = caches["bfloat16"]
+            for tn, f in torch_ops(torch, q, k, v, args["block_table"], G, ql, nth).items():
+                ops["torch_" + tn] = f
+        bufs = {kv: np.ones((caches[kv][0].nbytes * 2) // 4, np.float32) for kv in caches}
+        samples = {k: [] for k in ops}
+        bw1 = {kv: [] for kv in caches}
+        bwn = {kv: [] for kv in caches}
+        for f in ops.values():
+            f()  # warm up
+        for _ in range(a.reps):  # interleaved rounds: kernels and probes alike
+            for k, f in ops.items():
+                t0 = time.perf_counter()
+                f()
+                samples[k].append(time.perf_counter() - t0)
+            for kv, b in bufs.items():  # best of 3 reads within a round, median over rounds
+                bw1[kv].append(max(b.nbytes / lib.read_bw(b.ctypes.data, b.nbytes, 1, 1) for _ in range(3)))
+                bwn[kv].append(max(b.nbytes / lib.read_bw(b.ctypes.data, b.nbytes, nth, 1) for _ in range(3)))
+        del bufs
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        out = {"ctx": ctx, "gqa": G, "q_len": ql, "flops": flops, "median_s": med,
+               "samples_s": samples}
+        for kv in caches:
+            nbytes = caches[kv][0].nbytes * 2
+            bw = statistics.median(bwn[kv])
+            t_mem, t_cmp = nbytes / bw, flops / fma_peak
+            limit, bound = (t_mem, "memory") if t_mem >= t_cmp else (t_cmp, "fp32 FMA")
+            out[kv] = {"kv_bytes": nbytes, "read_bw_1t_GBps": statistics.median(bw1[kv]) / 1e9,
+                       f"read_bw_{nth}t_GBps": bw / 1e9, "limit_s": limit, "bound": bound,
+                       "fraction_of_limit": limit / med[kv], "kv_bytes_per_s_over_read_bw": nbytes / med[kv] / bw,
+                       "gflops": flops / med[kv] / 1e9}
+        out["fp8_speedup_over_bf16"] = med["bfloat16"] / med["fp8_e4m3"]
+        for tk_ in [k for k in med if k.startswith("torch_")]:
+            out[f"bf16_time_over_{tk_}"] = med["bfloat16"] / med[tk_]
+        res["shapes"][name] = out
+        del caches, ops
+    res["load_average_end"] = os.getloadavg()
+
+    p = res["probes"]
+    print(f"isa {res['isa']}  threads {nth}  torch {tver}  load {res['load_average'][0]:.1f} -> "
+          f"{res['load_average_end'][0]:.1f}  fp32 FMA peak {p['fma_peak_gflops']:.0f} GFLOP/s  "
+          f"bf16-dot peak {p['bf16dot_peak_gflops']:.0f} GFLOP/s")
+    print(f"{'shape':34s} {'kv':9s} {'ms':>8s} {'limit ms':>9s} {'bound':>9s} {'frac':>6s} {'rd bw GB/s':>10s}")
+    for name, o in res["shapes"].items():
         for kv in ("bfloat16", "fp8_e4m3"):
-            q, k, v, args, nbytes = make(a.ctx, H, 8, 128, 16, kv)
-            qc, kc, vc, argsc, _ = make(a.ctx, H, 8, 128, 16, kv, contiguous=True)
-            bw = bw_probe(nbytes)
-            run = lambda: vt.flash_attn_varlen_func(q, k, v, **args, num_threads=nth)  # noqa: E731
-            runc = lambda: vt.flash_attn_varlen_func(qc, kc, vc, **argsc, num_threads=nth)  # noqa: E731
-            runcap = lambda: vt.flash_attn_varlen_func(q, k, v, **args, softcap=30.0, num_threads=nth)  # noqa: E731
-            tr, tc, ts = [], [], []
-            for _ in range(a.reps):  # interleaved
-                tr.append(best(run, 1))
-                tc.append(best(runc, 1))
-                ts.append(best(runcap, 1))
-            times[kv] = min(tr)
-            if torch is not None and kv == "bfloat16":
-                f = sdpa_time(q, k, v, args["block_table"], gqa, 1)
-                ts_ = [best(f, 1) for _ in range(a.reps)]
-                fig[f"decode_gqa{gqa}_sdpa_bf16_time_over_ours_bf16"] = min(ts_) / min(tr)
-            fig[f"decode_gqa{gqa}_{kv}_kv_bytes_per_s_over_read_bw"] = nbytes / min(tr) / bw
-            fig[f"decode_gqa{gqa}_{kv}_paged_over_contiguous"] = min(tr) / min(tc)
-            fig[f"decode_gqa{gqa}_{kv}_softcap_on_over_off"] = min(ts) / min(tr)
-            fig[f"decode_gqa{gqa}_{kv}_read_bw_GBps"] = bw / 1e9
-        fig[f"decode_gqa{gqa}_fp8_speedup_over_bf16"] = times["bfloat16"] / times["fp8_e4m3"]
-
-    # prefill: 512 queries x 4K keys, GQA 4 (H 32), causal
-    pt = {}
-    for kv in ("bfloat16", "fp8_e4m3"):
-        q, k, v, args, _ = make(a.prefill_k, 32, 8, 128, 16, kv, q_len=a.prefill_q)
-        t = best(lambda: vt.flash_attn_varlen_func(q, k, v, **args, num_threads=nth), max(2, a.reps // 2))
-        ql, kl = a.prefill_q, a.prefill_k
-        pairs = sum(kl - ql + i + 1 for i in range(ql))  # causal (query, key) pairs
-        flops = 4.0 * 32 * 128 * pairs
-        pt[kv] = t
-        if torch is not None and kv == "bfloat16":
-            f = sdpa_time(q, k, v, args["block_table"], 4, a.prefill_q)
-            fig["prefill_sdpa_bf16_time_over_ours_bf16"] = best(f, max(2, a.reps // 2)) / t
-        fig[f"prefill_{kv}_gflops"] = flops / t / 1e9
-        fig[f"prefill_{kv}_over_fma_peak"] = flops / t / fma_peak
-    fig["prefill_fp8_over_bf16_speed"] = pt["bfloat16"] / pt["fp8_e4m3"]
-    for kk, vv in fig.items():
-        print(f"{kk:55s} {vv:8.3f}")
-    print(f"fma_peak_gflops {res['fma_peak_gflops']:.1f}  isa {res['isa']}  threads {nth}")
+            r = o[kv]
+            print(f"{name:34s} {kv:9s} {o['median_s'][kv] * 1e3:8.2f} {r['limit_s'] * 1e3:9.2f} {r['bound']:>9s} "
+                  f"{r['fraction_of_limit']:6.3f} {r[f'read_bw_{nth}t_GBps']:10.1f}")
+        extra = "  ".join(f"{k[6:]} {v * 1e3:.2f} ms" for k, v in o["median_s"].items() if k.startswith("torch_"))
+        ratios = "  ".join(f"{k[15:]}: {v:.3f}" for k, v in o.items() if k.startswith("bf16_time_over_"))
+        print(f"{'':34s} fp8/bf16 speedup {o['fp8_speedup_over_bf16']:.3f}  {extra}  bf16 time / torch {ratios}")
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
+    if a.json:
+        print(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -119,7 +119,25 @@ static void write_row(const row_writer *w, const vt_kv_dst *d, const char *src, 
 typedef struct store_job {
     const vt_kv_store_params *p;
     row_writer w;
+    /* fused[0] (K) / fused[1] (V): the token's H head rows are contiguous in
+     * the source and in the cache row (chunk = D, head strides = D elements)
+     * and every head has the same scale, so the whole token is one row
+     * kernel call of H * D elements with one plan (one reciprocal, one set
+     * of constants) instead of H calls of D. */
+    int fused[2];
 } store_job;
+
+/* 1 when token t's H heads of one side can be written by one call. */
+static int can_fuse(const vt_kv_store_params *p, const row_writer *w, const vt_kv_dst *d, int64_t src_stride_head,
+                    const float *scale) {
+    const int64_t D = p->head_size, H = p->num_kv_heads;
+    if (d->chunk != D || src_stride_head != D * (int64_t)w->src_es || d->stride_head != D * (int64_t)w->dst_es)
+        return 0;
+    if (w->quant && p->scale_per_head)
+        for (int64_t h = 1; h < H; h++)
+            if (scale[h] != scale[0]) return 0;
+    return 1;
+}
 
 static void store_task(void *ctx, int ith, int nth) {
     const store_job *j = ctx;
@@ -137,6 +155,17 @@ static void store_task(void *ctx, int ith, int nth) {
         const char *vs = (const char *)p->value + t * p->value_stride_token;
         char *kd = (char *)p->key_cache.base + b * p->key_cache.stride_block + o * p->key_cache.stride_slot;
         char *vd = (char *)p->value_cache.base + b * p->value_cache.stride_block + o * p->value_cache.stride_slot;
+        if (j->fused[0] && j->fused[1]) {
+            const float ksc = j->w.quant ? p->k_scale[0] : one, vsc = j->w.quant ? p->v_scale[0] : one;
+            if (j->w.quant) {
+                j->w.quant(ks, (uint8_t *)kd, (size_t)(H * D), ksc);
+                j->w.quant(vs, (uint8_t *)vd, (size_t)(H * D), vsc);
+            } else {
+                j->w.convert(ks, kd, (size_t)(H * D));
+                j->w.convert(vs, vd, (size_t)(H * D));
+            }
+            continue;
+        }
         for (int64_t h = 0; h < H; h++) {
             float ksc = one, vsc = one;
             if (j->w.quant) {
@@ -167,6 +196,8 @@ vt_status vt_kv_store(const vt_kv_store_params *p, int num_threads, vt_error *er
     int f = vt_fp8_index(p->cache_dtype);
     if (f >= 0) j.w.quant = k->quant[p->src_dtype][f];
     else j.w.convert = k->convert[p->src_dtype][p->cache_dtype];
+    j.fused[0] = can_fuse(p, &j.w, &p->key_cache, p->key_stride_head, p->k_scale);
+    j.fused[1] = can_fuse(p, &j.w, &p->value_cache, p->value_stride_head, p->v_scale);
     int64_t elems = p->num_tokens * p->num_kv_heads; /* rows; bounded by the caller's arrays */
     int64_t work = elems > INT64_MAX / p->head_size ? INT64_MAX : elems * p->head_size;
     int nth = num_threads < 1 ? 1 : num_threads;
