@@ -125,3 +125,37 @@ def test_calibrate_writes_what_llmcompressor_writes(tmp_path, llmc_checkpoints, 
         assert k.tobytes() == np.asarray(ks[i], np.float32).tobytes()  # bit for bit in the file
         assert np.asarray(s.k_scale, np.float32).tobytes() == k.tobytes()  # and read back bit for bit
         assert np.asarray(s.v_scale, np.float32).tobytes() == np.asarray(vs[i], np.float32).tobytes()
+
+
+def test_vllms_compressed_tensors_parser_accepts_calibrate_and_llmcompressor(tmp_path, llmc_checkpoints):
+    """vLLM 0.33.0 pins compressed-tensors 0.17.0 (llm-compressor installs 0.19.0):
+    its own parser, imported from the pinned wheel in a child process."""
+    from vtinfer.models import make_tiny_checkpoint, write_calibrated
+    from vtinfer.models.calibrate import Calibration
+    from vtinfer.testing import checkpoints, upstream
+
+    src = make_tiny_checkpoint(tmp_path / "tiny")
+    a = np.full((2, 2), 4.0, np.float32)
+    docs = {}
+    for per_head in (True, False):
+        out = write_calibrated(src, tmp_path / f"cal{per_head}", Calibration(a, a, 1), per_head=per_head,
+                               fmt="compressed-tensors")
+        docs[("calibrate", per_head)] = json.loads((out / "config.json").read_text())["quantization_config"]
+    for r in ("tensor", "attn_head", "attn_head_attention"):
+        docs[("llmc", r)] = json.loads((llmc_checkpoints[r] / "config.json").read_text())["quantization_config"]
+    bad = dict(docs[("calibrate", True)], kv_cache_scheme=dict(docs[("calibrate", True)]["kv_cache_scheme"],
+                                                               strategy="no_such_strategy"))
+    try:
+        results = checkpoints.parse_with_vllm_compressed_tensors([*docs.values(), bad])
+    except checkpoints.ToolUnavailable as e:
+        if upstream.require():
+            pytest.fail(f"compressed-tensors {checkpoints.VLLM_COMPRESSED_TENSORS_PIN} required: {e}")
+        pytest.skip(str(e))
+    assert "ValidationError" in results[-1].get("error", "")  # the parser can refuse
+    for key, got in zip(docs, results):
+        assert got.get("version") == checkpoints.VLLM_COMPRESSED_TENSORS_PIN, (key, got)
+        per_head = key in (("calibrate", True), ("llmc", "attn_head"), ("llmc", "attn_head_attention"))
+        k = got["kv_cache_scheme"]
+        assert k["strategy"] in (("attn_head", "QuantizationStrategy.ATTN_HEAD") if per_head else
+                                 ("tensor", "QuantizationStrategy.TENSOR")), (key, got)
+        assert (k["num_bits"], k["type"], k["symmetric"], k["dynamic"]) == ("8", "float", "True", "False"), key

@@ -70,6 +70,72 @@ def make_llmcompressor_checkpoints(out_dir: str | os.PathLike, timeout: float = 
     return {r: out / r for r in RECIPES}
 
 
+#: The compressed-tensors release the pinned vLLM 0.33.0 requires (llm-compressor 0.14 installs 0.19.0).
+VLLM_COMPRESSED_TENSORS_PIN = "0.17.0"
+
+_PARSE = """
+import json, sys
+from compressed_tensors.quantization import QuantizationConfig
+import compressed_tensors
+out = []
+for doc in json.loads(sys.stdin.read()):
+    try:
+        k = QuantizationConfig.model_validate(doc).kv_cache_scheme
+    except Exception as e:
+        out.append({"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
+        continue
+    out.append({"version": compressed_tensors.__version__,
+                "kv_cache_scheme": None if k is None else {f: str(getattr(k, f)) for f in
+                    ("num_bits", "type", "strategy", "symmetric", "dynamic")}})
+print(json.dumps(out))
+"""
+
+
+def parse_with_vllm_compressed_tensors(quantization_configs: list[dict],
+                                       timeout: float = 300) -> list[dict[str, Any]]:
+    """Parse ``quantization_config`` documents with compressed-tensors
+    ``VLLM_COMPRESSED_TENSORS_PIN``'s own ``QuantizationConfig`` (the wheel is
+    fetched once with ``pip download --no-deps`` into
+    ``~/.cache/vtinfer/compressed-tensors`` and imported from its extracted
+    copy in one child process, beside whatever version is installed).
+    Returns one dict per document: ``{"version", "kv_cache_scheme": {num_bits,
+    type, strategy, symmetric, dynamic} as strings}``, or ``{"error": ...}``
+    where the parser refused it.
+
+    Raises
+    ------
+    ToolUnavailable
+        The wheel could not be fetched.
+    RuntimeError
+        The child process failed (its last line quoted).
+    """
+    import zipfile
+
+    base = Path(os.environ.get("VTINFER_CACHE_DIR", Path.home() / ".cache" / "vtinfer" / "vllm")).parent
+    d = base / "compressed-tensors"
+    pin = VLLM_COMPRESSED_TENSORS_PIN
+    wheels = sorted(d.glob(f"compressed_tensors-{pin}-*.whl")) if d.is_dir() else []
+    if not wheels:
+        d.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                               f"compressed-tensors=={pin}", "-d", str(d)], capture_output=True, text=True)
+        wheels = sorted(d.glob(f"compressed_tensors-{pin}-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise ToolUnavailable(f"pip download compressed-tensors=={pin} failed: {tail[0]}")
+    tree = d / f"compressed_tensors-{pin}"
+    if not (tree / "compressed_tensors" / "__init__.py").is_file():
+        with zipfile.ZipFile(wheels[0]) as zf:
+            zf.extractall(tree)
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps(quantization_configs),
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compressed-tensors {pin} parser failed: "
+                           f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _generate(out: Path) -> None:  # runs in the child process
     import torch
     from datasets import Dataset
