@@ -28,7 +28,11 @@ unmutated copy (else the run stops: a red baseline proves nothing).
 
 Ends with ``killed N/N``; exit 0 only when every mutant was killed and
 there was no error.  ``--fast`` runs the entries marked ``fast = true``
-(what .ci/run calls).  The build mirrors setup.py's flags (C11, -fPIC,
+(what .ci/run calls).  Before anything is built, every mutant of the whole
+list (not only the selected ones) must still apply: a ``find`` text that no
+longer occurs exactly once prints ``STALE ...`` and fails the run (exit 1).
+``--check`` does only that check (``--rev WORKTREE`` reads the files on disk;
+tests/mutation/test_runner_check.py runs it with the suite).  The build mirrors setup.py's flags (C11, -fPIC,
 -fvisibility=hidden, -fno-strict-aliasing, the include folders, _GNU_SOURCE)
 at -O2 and without -Werror: a mutant may warn.
 """
@@ -80,6 +84,28 @@ def load(path: Path) -> list[dict]:
                 raise SystemExit(f"mutations.toml: {m['name']}: find == replace")
         m["edits"] = edits
     return muts
+
+
+def stale_mutants(muts: list[dict], rev: str) -> list[str]:
+    """``name: file: find text occurs N times`` for every edit that does not
+    apply at ``rev`` (``WORKTREE``: the files on disk)."""
+    bad = []
+    cache: dict[str, str | None] = {}
+    for m in muts:
+        for e in m["edits"]:
+            f = e["file"]
+            if f not in cache:
+                if rev == "WORKTREE":
+                    p = REPO / f
+                    cache[f] = p.read_text(encoding="utf-8") if p.is_file() else None
+                else:
+                    r = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{f}"], capture_output=True)
+                    cache[f] = r.stdout.decode("utf-8") if r.returncode == 0 else None
+            text = cache[f]
+            n = text.count(e["find"]) if text is not None else -1
+            if n != 1:
+                bad.append(f"{m['name']}: {f}: find text occurs {n if n >= 0 else 'no file, 0'} times (want 1)")
+    return bad
 
 
 # ---------------------------------------------------------------- building
@@ -251,9 +277,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per test command")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every mutant of the list still applies (its find text occurs once)")
+    ap.add_argument("--toml", type=Path, default=TOML, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    muts = load(TOML)
+    muts = load(args.toml)
+    # issue #15: a mutant whose find text is gone (or is no longer unique) has
+    # rotted: it fails the run up front, for the whole list, even with --fast
+    # or a selection, so that CI's fast subset notices every stale entry.
+    stale = stale_mutants(muts, args.rev)
+    if stale:
+        print("\n".join("STALE " + b for b in stale))
+        print(f"{len(stale)} mutant edit(s) of {len(muts)} mutants no longer apply: re-point them "
+              f"(tests/mutation/mutations.toml)")
+        return 1
+    if args.check:
+        print(f"all {len(muts)} mutants apply (every find text occurs exactly once at {args.rev})")
+        return 0
     if args.names:
         unknown = set(args.names) - {m["name"] for m in muts}
         if unknown:
