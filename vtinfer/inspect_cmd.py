@@ -85,6 +85,19 @@ def _fmt(v: Any) -> str:
     return ",".join(f"{x:.6g}" for x in v) if isinstance(v, (list, tuple)) else f"{v:.6g}"
 
 
+def _runs(rows: list[dict]) -> list[tuple[int, int, dict]]:
+    """(first layer, last layer, row) for each run of consecutive layers whose
+    scales, origin and flags are equal."""
+    out: list[tuple[int, int, dict]] = []
+    key = lambda r: tuple((k, json.dumps(v, sort_keys=True)) for k, v in sorted(r.items()) if k != "layer")  # noqa: E731
+    for r in rows:
+        if out and key(out[-1][2]) == key(r) and out[-1][1] + 1 == r["layer"]:
+            out[-1] = (out[-1][0], r["layer"], out[-1][2])
+        else:
+            out.append((r["layer"], r["layer"], r))
+    return out
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     d = inspect_checkpoint(args.model, args.kv_cache_dtype, args.kv_cache_memory, args.num_blocks, args.block_size,
                            tensor_parallel_size=args.tensor_parallel_size,
@@ -110,9 +123,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"{' (per KV head, compressed-tensors attn_head)' if s['per_head'] else ''}")
     if "k_scale" in (s["layers"][0] if s["layers"] else {}):
         print(f"  {'layer':>5}  {'k_scale':>12}  {'v_scale':>12}  {'q_scale':>12}  origin")
-        for row in s["layers"]:
+        # issue #15: consecutive layers with the same scales fold into one row
+        # ("0-29 ... ignored (1.0)" on an unquantized model, not 30 rows)
+        for first, last, row in _runs(s["layers"]):
             flag = "  (1.0)" if row["is_one"] else ""
-            print(f"  {row['layer']:>5}  {_fmt(row['k_scale']):>12}  {_fmt(row['v_scale']):>12}  "
+            span = str(first) if first == last else f"{first}-{last}"
+            print(f"  {span:>5}  {_fmt(row['k_scale']):>12}  {_fmt(row['v_scale']):>12}  "
                   f"{_fmt(row['q_scale']):>12}  {row['origin']}{flag}")
     for m in s["messages"]:
         print(f"  log            {m}")
@@ -124,8 +140,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     p = d["plan"]
     if p:
         tp = p["tensor_parallel_size"]
+        fallback = p["blocks_from"] == "fallback"
+        src = "fallback: give --num-blocks or --kv-cache-memory" if fallback else p["blocks_from"]
         print(f"plan             {p['num_blocks']} blocks x {p['block_size']} tokens = {p['tokens']} tokens; "
-              f"{p['bytes_per_block']} B/block, {p['total_bytes']} B ({p['blocks_from']})"
+              f"{p['bytes_per_block']} B/block, {p['total_bytes']} B ({src})"
               f"{f' per GPU, each of {tp} ranks' if tp > 1 else ''}")
         if p["skipped_layers"]:
             pages = ", ".join(f"{x['layer']}:{x['dtype']}:{x['page_bytes']}B" for x in p["layers"])
@@ -133,6 +151,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"  vLLM aligns    block_size {p['vllm_block_size']}, skip_page_size_padded "
                   f"{p['skip_page_size_padded']}")
         for w in p["warnings"]:
+            if fallback and w.startswith("neither num_blocks nor kv_cache_memory"):
+                continue  # said on the plan line
             print(f"  warning        {w}")
     if len(d["ranks"]) > 1:
         print(f"tensor parallel  {len(d['ranks'])} ranks (vLLM: query heads split; KV heads split, or replicated "

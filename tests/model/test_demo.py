@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,14 @@ def test_plot(result, tmp_path):
     plot_quant_error(result, str(tmp_path / "q.png"))
     assert (tmp_path / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(result["kv_quant_error"]["calibrated"]["k"]) == 2  # one figure per layer
+
+
+def test_report_names_its_directories_and_explains_the_table(result):
+    """Issue #15 item 9: where the demo's checkpoints are, and how to read the table."""
+    text = format_report(result)
+    assert f"model directory: {result['model_dir']}" in text
+    for kind in ("per-layer", "per-head"):
+        d = result["calibrated_dirs"][kind]
+        assert f"calibrated copy ({kind}): {d}" in text and (Path(d) / "config.json").is_file()
+    assert "'differs at N': the first generated token that differs, counting from 0" in text
+    assert "+-0.8% noise" in text
