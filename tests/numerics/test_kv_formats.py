@@ -211,3 +211,46 @@ def test_views_have_the_element_dtype():
     assert c.k_scale_cache(0).dtype == np.float32 and c.k_scale_cache(0).shape == (2, 16, 2)
     c8 = vt.PagedKVCache(1, 2, 16, 2, 64, "fp8_per_token_head")
     assert c8.value_cache(0).dtype == np.uint8
+
+
+def reciprocal_rows(fmt: str, n_rows: int = 8, D: int = 64) -> np.ndarray:
+    """Rows whose codes differ between x * (1 / scale) (vLLM's rule) and x / scale: elements a few
+    ulps from a rounding midpoint, found by search with the twin's arithmetic. Element 0 is the
+    absmax, so each row's scale is known in advance."""
+    qmax = np.float32(pth_twin.QUANT[fmt][0])
+    rng = np.random.default_rng(17)
+    if fmt == "int8_per_token_head":
+        mids = np.arange(0, 127, dtype=np.float32) + np.float32(0.5)
+    else:
+        vals = np.unique(np.abs(np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)))
+        vals = vals[np.isfinite(vals)]
+        mids = ((vals[:-1] + vals[1:]) / 2).astype(np.float32)
+    rows = []
+    while len(rows) < n_rows:
+        a = np.float32(rng.uniform(0.3, 9.0))
+        s = np.float32(max(a / qmax, np.float32(1e-6)))
+        r = np.float32(1.0) / s
+        base = (mids * s).astype(np.float32)
+        cand = (base[:, None] + np.arange(-6, 7, dtype=np.float32)[None, :] * np.spacing(base)[:, None]).ravel()
+        cand = cand[(cand > 0) & (cand < a)]
+        mul = pth_twin.quantize(np.concatenate([[a], cand]).astype(np.float32), fmt)[0][1:]
+        if fmt == "int8_per_token_head":
+            q = (cand / s).astype(np.float32) + np.float32(0.5)
+            div = np.trunc(np.fmin(q, qmax)).astype(np.int8)
+        else:
+            div = np.fmin((cand / s).astype(np.float32), qmax).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+        diff = cand[mul.view(np.uint8) != div.view(np.uint8)]
+        if len(diff) >= D - 1:
+            row = np.concatenate([[a], rng.choice(diff, D - 1, replace=False) * rng.choice([-1, 1], D - 1)])
+            rows.append(row.astype(np.float32))
+    return np.asarray(rows)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_store_multiplies_by_the_reciprocal(isa, fmt):
+    """Every element of these rows gets a different code from x / scale than from x * (1 / scale)."""
+    rows = reciprocal_rows(fmt)
+    cache = vt.PagedKVCache(1, 1, 16, 1, rows.shape[1], fmt)
+    slots = np.arange(len(rows), dtype=np.int64)
+    cache.store(0, rows[:, None, :], rows[:, None, :], slots)
+    check_bytes(cache, 0, rows[:, None, :], rows[:, None, :], slots, fmt)
