@@ -97,6 +97,12 @@ T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8ta
         *b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
         return;
     }
+    if (dt == VT_DTYPE_INT8_PTH) { /* int8 codes: sign-extend, evens (lanes 0-15) and odds (16-31) */
+        x = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, src));
+        *a = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(x, 16), 16));
+        *b = _mm512_cvtepi32_ps(_mm512_srai_epi32(x, 16));
+        return;
+    }
     if (dt == VT_DTYPE_BF16) x = _mm512_maskz_loadu_epi16(m, src);
     else x = vt512_fp8_to_bf16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src)), tb);
     vt512_bf16_split(x, a, b);
@@ -278,8 +284,12 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
-    const vt_dtype dt = p->kv_dtype;
+    /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
+     * K scale into its logit and its V scale into its weight. */
+    const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype;
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    _Alignas(64) float kscale[KB], vscale[KB];
     float *qp = work;                    /* rows * Dp, permuted */
     float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
     float *S = ap + (size_t)rows * Dp;   /* rg * 16 * 16 partial dots (one group at a time) */
@@ -326,7 +336,19 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
             float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
             float *mg = m + gi * rg, *lg = l + gi * rg;
-            const __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm512_set1_ps(1.0f);
+            if (pth) {
+                for (int jj = 0; jj < KB; jj++) {
+                    kscale[jj] = vscale[jj] = 0.0f;
+                    if (jj >= nk) continue;
+                    memcpy(&kscale[jj], vt_attn_row(p, p->k_scale_cache, p->ks_stride_block, p->ks_stride_tok,
+                                                    p->ks_stride_head, it->b, g, j0 + jj), 4);
+                    memcpy(&vscale[jj], vt_attn_row(p, p->v_scale_cache, p->vs_stride_block, p->vs_stride_tok,
+                                                    p->vs_stride_head, it->b, g, j0 + jj), 4);
+                }
+                mul = _mm512_mul_ps(mul, _mm512_load_ps(kscale)); /* softmax_scale * ks_j, per key */
+                vmul = _mm512_load_ps(vscale);
+            }
             /* logits: K decoded once per 8 rows */
             for (int r0 = 0; r0 < rg; r0 += 8) {
                 int R = rg - r0 < 8 ? rg - r0 : 8;
@@ -378,7 +400,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                 __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
                 lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
                 mg[r] = mn;
-                _mm512_storeu_ps(pr, e);
+                _mm512_storeu_ps(pr, pth ? _mm512_mul_ps(e, vmul) : e); /* V's per-key scale on the weight */
             }
             for (int r = 0; r < rg; r++) {
                 const float *pr = P + (size_t)r * KB;
