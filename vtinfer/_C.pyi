@@ -127,6 +127,8 @@ def flash_attn_varlen_func(
     out: np.ndarray | None = None,
     return_lse: bool = False,
     num_threads: int | None = None,
+    k_scale_cache: Any = None,
+    v_scale_cache: Any = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]: ...
 
 # ---- vLLM's cache ops (csrc/binding/cacheops_binding.c) ----

@@ -48,6 +48,8 @@ def flash_attn_varlen_func(
     q_descale: Any = None,
     q_dtype: str | None = None,
     return_softmax_lse: bool = False,
+    k_scale_cache: Any = None,
+    v_scale_cache: Any = None,
 ) -> Any:
     """Paged attention with the meaning of vLLM's FlashAttention backend.
 
@@ -123,6 +125,13 @@ def flash_attn_varlen_func(
         An fp8 q (FlashAttention-3's rule) gives a bfloat16 ``out``.
     return_softmax_lse : bool
         vLLM's name for ``return_lse``.
+    k_scale_cache, v_scale_cache : array, float32 (num_blocks, block_size, H_kv), optional
+        Required for ``kv_cache_dtype="int8_per_token_head"`` (k, v int8
+        codes) or ``"fp8_per_token_head"`` (uint8 / float8_e4m3fn codes), None
+        otherwise: the per-(token, KV head) scales as vLLM passes them (any
+        strides; ``PagedKVCache.k_scale_cache(layer)``). Key j's K scale
+        multiplies its logit, its V scale its softmax weight;
+        ``k_descale``/``v_descale`` must be None then.
 
     Returns
     -------
@@ -180,6 +189,8 @@ def flash_attn_varlen_func(
         out=out,
         return_lse=return_lse,
         num_threads=num_threads,
+        k_scale_cache=k_scale_cache,
+        v_scale_cache=v_scale_cache,
     )
 
 

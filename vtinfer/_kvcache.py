@@ -204,7 +204,9 @@ class PagedKVCache(_C.PagedKVCache):
         The layer's K/V views are passed as the caches (an HND cache as the
         permuted ``[num_blocks, block_size, H_kv, D]`` view), with
         ``kv_cache_dtype`` set to the cache's dtype and, for fp8, the
-        layer's scales as ``k_descale`` / ``v_descale`` (unless given).
+        layer's scales as ``k_descale`` / ``v_descale`` (unless given); for
+        a per-token-head dtype its scale planes as ``k_scale_cache`` /
+        ``v_scale_cache``.
         Other keyword arguments go to ``flash_attn_varlen_func`` unchanged.
 
         Parameters
@@ -221,10 +223,17 @@ class PagedKVCache(_C.PagedKVCache):
         k, v = self.key_cache(layer), self.value_cache(layer)
         if self.layout == "HND":
             k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-        if self.dtype.startswith("fp8"):
+        from vtinfer import dtype_info
+
+        kind = dtype_info(self.dtype).scale_kind
+        if kind == "tensor":  # fp8: the layer's scales as descales
             ks, vs = self.layer_scales(layer)
             kwargs.setdefault("k_descale", ks)
             kwargs.setdefault("v_descale", vs)
+            kwargs.setdefault("kv_cache_dtype", self.dtype)
+        elif kind == "token_head":  # per-token-head: the layer's scale planes
+            kwargs.setdefault("k_scale_cache", self.k_scale_cache(layer))
+            kwargs.setdefault("v_scale_cache", self.v_scale_cache(layer))
             kwargs.setdefault("kv_cache_dtype", self.dtype)
         return _attention.flash_attn_varlen_func(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, **kwargs

@@ -143,6 +143,7 @@ static int parse_opt_int(PyObject *obj, const char *name, long long *out) {
 typedef struct attn_call {
     vt_attn_pyargs a;
     vt_tensor q, k, v, cu_seqlens_q, seqused_k, block_table, alibi_slopes, s_aux, k_descale, v_descale, out, lse;
+    vt_tensor k_scale_cache, v_scale_cache; /* per-token-head caches: float32 [num_blocks, block_size, H_kv] */
     double softmax_scale, softcap;
     int causal, return_lse, window_left, window_right, num_threads, kv_flag, kv_dtype;
     long long max_seqlen_q, max_seqlen_k;
@@ -152,7 +153,8 @@ typedef struct attn_call {
 
 static void call_release(attn_call *c) {
     vt_tensor *all[] = {&c->q, &c->k, &c->v, &c->cu_seqlens_q, &c->seqused_k, &c->block_table, &c->alibi_slopes,
-                        &c->s_aux, &c->k_descale, &c->v_descale, &c->out, &c->lse};
+                        &c->s_aux, &c->k_descale, &c->v_descale, &c->out, &c->lse, &c->k_scale_cache,
+                        &c->v_scale_cache};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) vt_tensor_release(all[i]);
     Py_CLEAR(c->out_obj);
     Py_CLEAR(c->lse_obj);
@@ -198,7 +200,7 @@ static int parse_scalars(attn_call *c) {
 static int pin_inputs(vt_module_state *st, attn_call *c) {
     const vt_attn_pyargs *a = &c->a;
     const unsigned F32 = VT_ELEM_BIT(VT_ELEM_F32), I32 = VT_ELEM_BIT(VT_ELEM_I32);
-    const unsigned KV = VT_ELEMS_FLOAT | VT_ELEMS_CODES;
+    const unsigned KV = VT_ELEMS_FLOAT | VT_ELEMS_CODES | VT_ELEM_BIT(VT_ELEM_I8);
     return pin(st, a->q, "q", VT_ELEMS_FLOAT, 3, 0, &c->q) < 0 ||
                    pin(st, a->k, "k", KV, 4, VT_TENSOR_NO_CONVERT, &c->k) < 0 ||
                    pin(st, a->v, "v", KV, 4, VT_TENSOR_NO_CONVERT, &c->v) < 0 ||
@@ -208,7 +210,9 @@ static int pin_inputs(vt_module_state *st, attn_call *c) {
                    pin(st, a->alibi_slopes, "alibi_slopes", F32, 1, 0, &c->alibi_slopes) < 0 ||
                    pin(st, a->s_aux, "s_aux", F32, 1, 0, &c->s_aux) < 0 ||
                    pin(st, a->k_descale, "k_descale", F32, -1, 0, &c->k_descale) < 0 ||
-                   pin(st, a->v_descale, "v_descale", F32, -1, 0, &c->v_descale) < 0
+                   pin(st, a->v_descale, "v_descale", F32, -1, 0, &c->v_descale) < 0 ||
+                   pin(st, a->k_scale_cache, "k_scale_cache", F32, 3, VT_TENSOR_NO_CONVERT, &c->k_scale_cache) < 0 ||
+                   pin(st, a->v_scale_cache, "v_scale_cache", F32, 3, VT_TENSOR_NO_CONVERT, &c->v_scale_cache) < 0
                ? -1
                : 0;
 }
@@ -244,6 +248,15 @@ static int check_shapes(attn_call *c, int64_t *ksb, int64_t *ksh, int64_t *vsb, 
     if ((c->k_descale.owner && descale_strides(&c->k_descale, "k_descale", B, HKV, ksb, ksh) < 0) ||
         (c->v_descale.owner && descale_strides(&c->v_descale, "v_descale", B, HKV, vsb, vsh) < 0))
         return -1;
+    const vt_tensor *sc[2] = {&c->k_scale_cache, &c->v_scale_cache};
+    static const char *const scn[2] = {"k_scale_cache", "v_scale_cache"};
+    for (int i = 0; i < 2; i++)
+        if (sc[i]->owner && (sc[i]->shape[0] != k->shape[0] || sc[i]->shape[1] != k->shape[1] ||
+                             sc[i]->shape[2] != HKV)) {
+            snprintf(want, sizeof want, "[%lld, %lld, %lld] (k's num_blocks, block_size, num_kv_heads)",
+                     (long long)k->shape[0], (long long)k->shape[1], (long long)HKV);
+            return vt_shape_error(FN, scn[i], want, sc[i]);
+        }
     if (H > INT32_MAX || D > INT32_MAX || B > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: q and cu_seqlens_q must have sizes below 2^31", FN);
         return -1;
@@ -258,6 +271,33 @@ static int resolve_kv_dtype(attn_call *c) {
     const char *kvd = c->kv_name;
     if (k->elem != v->elem) {
         PyErr_Format(PyExc_TypeError, "%s: v must have k's dtype %s; got %s", FN, k->dtype_name, v->dtype_name);
+        return -1;
+    }
+    const int pth = flag >= 0 && vt_dtype_per_token_head(flag);
+    if (pth) { /* per-token-head: codes of the table's element, scales from the scale caches */
+        const vt_dtype_info *di = vt_dtype_get(flag);
+        int ok = di->is_int ? k->elem == VT_ELEM_I8 : (k->elem == VT_ELEM_U8 || k->elem == VT_ELEM_E4M3);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s: k must hold %s codes for kv_cache_dtype '%s'; got %s", FN,
+                         di->is_int ? "int8" : "uint8 or float8_e4m3fn", kvd, k->dtype_name);
+            return -1;
+        }
+        if (!c->k_scale_cache.owner || !c->v_scale_cache.owner) {
+            PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be given for kv_cache_dtype "
+                         "'%s' (float32 [num_blocks, block_size, num_kv_heads]); got None", FN, kvd);
+            return -1;
+        }
+        c->kv_dtype = flag;
+        return 0;
+    }
+    if (c->k_scale_cache.owner || c->v_scale_cache.owner) {
+        PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be None unless kv_cache_dtype is a "
+                     "per-token-head format; got kv_cache_dtype '%s'", FN, kvd);
+        return -1;
+    }
+    if (k->elem == VT_ELEM_I8) {
+        PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'int8_per_token_head' for a cache of int8 codes; "
+                     "got '%s'", FN, kvd);
         return -1;
     }
     if (k->elem == VT_ELEM_U8 || k->elem == VT_ELEM_E4M3 || k->elem == VT_ELEM_E5M2) {
@@ -359,6 +399,13 @@ static void fill_params(const attn_call *c, vt_attn_params *p) {
     p->s_aux = c->s_aux.owner ? c->s_aux.data : NULL;
     p->k_descale = c->k_descale.owner ? c->k_descale.data : NULL;
     p->v_descale = c->v_descale.owner ? c->v_descale.data : NULL;
+    if (c->k_scale_cache.owner) {
+        const vt_tensor *ks = &c->k_scale_cache, *vs = &c->v_scale_cache;
+        p->k_scale_cache = ks->data;
+        p->v_scale_cache = vs->data;
+        p->ks_stride_block = ks->strides[0], p->ks_stride_tok = ks->strides[1], p->ks_stride_head = ks->strides[2];
+        p->vs_stride_block = vs->strides[0], p->vs_stride_tok = vs->strides[1], p->vs_stride_head = vs->strides[2];
+    }
     p->out = c->out.data;
     p->out_stride_tok = c->out.strides[0], p->out_stride_head = c->out.strides[1];
     if (c->return_lse) {

@@ -15,6 +15,7 @@ static vt_elem elem_from_numpy(const vt_module_state *st, PyArray_Descr *d) {
     if (n == NPY_FLOAT32) return VT_ELEM_F32;
     if (n == NPY_FLOAT16) return VT_ELEM_F16;
     if (n == NPY_UINT8) return VT_ELEM_U8;
+    if (n == NPY_INT8) return VT_ELEM_I8;
     if (n == NPY_INT32) return VT_ELEM_I32;
     if (n == NPY_INT64) return VT_ELEM_I64;
     if (n == NPY_FLOAT64) return VT_ELEM_F64;

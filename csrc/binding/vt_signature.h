@@ -34,7 +34,9 @@
     X(kv_cache_dtype, "'auto'")                                                                                      \
     X(out, "None")                                                                                                   \
     X(return_lse, "False")                                                                                           \
-    X(num_threads, "None")
+    X(num_threads, "None")                                                                                           \
+    X(k_scale_cache, "None")                                                                                         \
+    X(v_scale_cache, "None")
 
 /* reshape_and_cache_flash / reshape_and_cache: 8 positional, then keyword-only. */
 #define VT_STORE_NPOS 8

@@ -29,6 +29,7 @@ typedef enum vt_elem {
     VT_ELEM_I32 = 17,
     VT_ELEM_I64 = 18,
     VT_ELEM_F64 = 19,
+    VT_ELEM_I8 = 20, /* int8 codes (int8_per_token_head caches) */
     VT_ELEM_OTHER = 31
 } vt_elem;
 

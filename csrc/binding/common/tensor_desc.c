@@ -11,6 +11,7 @@ const char *vt_elem_name(vt_elem e) {
     if (d) return d->numpy_name;
     switch (e) {
     case VT_ELEM_U8: return "uint8";
+    case VT_ELEM_I8: return "int8";
     case VT_ELEM_I32: return "int32";
     case VT_ELEM_I64: return "int64";
     case VT_ELEM_F64: return "float64";
@@ -26,6 +27,7 @@ vt_elem vt_elem_from_dl(vt_dl_dtype d) {
     case VT_DL_FLOAT * 256 + 64: return VT_ELEM_F64;
     case VT_DL_BFLOAT * 256 + 16: return VT_ELEM_BF16;
     case VT_DL_UINT * 256 + 8: return VT_ELEM_U8;
+    case VT_DL_INT * 256 + 8: return VT_ELEM_I8;
     case VT_DL_INT * 256 + 32: return VT_ELEM_I32;
     case VT_DL_INT * 256 + 64: return VT_ELEM_I64;
     case VT_DL_FLOAT8_E4M3FN * 256 + 8: return VT_ELEM_E4M3;

@@ -186,7 +186,7 @@ void vt_tensor_release(vt_tensor *t) {
 /* The allowed element set of a mask, for messages: "float32, float16 or bfloat16". */
 static void mask_names(unsigned mask, char *buf, size_t size) {
     static const vt_elem all[] = {VT_ELEM_F32, VT_ELEM_F16, VT_ELEM_BF16, VT_ELEM_E4M3, VT_ELEM_E5M2,
-                                  VT_ELEM_U8,  VT_ELEM_I32, VT_ELEM_I64,  VT_ELEM_F64};
+                                  VT_ELEM_U8,  VT_ELEM_I32, VT_ELEM_I64,  VT_ELEM_F64, VT_ELEM_I8};
     size_t used = 0;
     int count = 0, total = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) total += (mask & VT_ELEM_BIT(all[i])) != 0;

@@ -1,0 +1,108 @@
+"""Attention over per-token-head caches on every ISA against the float64
+oracle of tests/numerics/test_attention_oracle.py run over the dequantized
+cache (code * scale, from the NumPy twin's rule), with the 2x tolerance rule.
+Slots no sequence uses hold a NaN scale, so a read through a wrong block,
+slot or head turns the output NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vtinfer as vt
+from tests.numerics import pth_twin
+from tests.numerics.test_attention_oracle import check_close
+
+FORMATS = ("int8_per_token_head", "fp8_per_token_head")
+
+
+def build(rng, fmt, *, q_lens, k_lens, H, Hkv, D, bs, layout="NHD", q_dtype=np.float32):
+    B = len(q_lens)
+    nblk = [max(1, -(-kl // bs)) for kl in k_lens]
+    NB = sum(nblk) + 2
+    perm = rng.permutation(NB)
+    bt = np.full((B, max(nblk) + 1), perm[-1], np.int32)
+    o = 0
+    for b in range(B):
+        bt[b, : nblk[b]] = perm[o : o + nblk[b]]
+        o += nblk[b]
+    cache = vt.PagedKVCache(1, NB, bs, Hkv, D, fmt, layout=layout)
+    cache.k_scale_cache(0)[:] = np.nan  # poison: only stored slots get a real scale
+    cache.v_scale_cache(0)[:] = np.nan
+    used = []
+    for b in range(B):
+        j = np.arange(k_lens[b])
+        slots = (bt[b, j // bs].astype(np.int64) * bs + j % bs)
+        mag = 2.0 ** rng.integers(-3, 4, size=(len(j), Hkv, 1))  # scales differ per (token, head)
+        cache.store(0, (rng.standard_normal((len(j), Hkv, D)) * mag).astype(np.float32),
+                    (rng.standard_normal((len(j), Hkv, D)) * mag[::-1]).astype(np.float32), slots)
+        used.append(slots)
+    # the dequantized cache, from the stored codes and scales by the twin's rule
+    kc, vc = cache.key_cache(0), cache.value_cache(0)
+    if layout == "HND":
+        kc, vc = kc.transpose(0, 2, 1, 3), vc.transpose(0, 2, 1, 3)
+    kdq = pth_twin.dequantize(kc, cache.k_scale_cache(0), fmt)
+    vdq = pth_twin.dequantize(vc, cache.v_scale_cache(0), fmt)
+    q = rng.standard_normal((int(sum(q_lens)), H, D)).astype(np.float32).astype(q_dtype)
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    return cache, q, kdq, vdq, cu, np.asarray(k_lens, np.int32), bt
+
+
+OPTIONS = {
+    "plain": {},
+    "softcap": {"softcap": 3.0},
+    "window+sink": {"window_size": (5, 0), "s_aux": np.linspace(-1, 1, 8).astype(np.float32)},
+    "alibi": {"alibi_slopes": np.linspace(0.05, 0.4, 8).astype(np.float32)},
+}
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_attention_matches_oracle_over_dequantized_cache(isa, fmt, heads, layout):
+    H, Hkv = heads
+    rng = np.random.default_rng(H * 10 + Hkv)
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 7, 1, 20], k_lens=[1, 33, 300, 41], H=H, Hkv=Hkv,
+                                           D=64, bs=16, layout=layout)
+    out = cache.attention(0, q, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, num_threads=2)
+    check_close(np.asarray(out), None, (q, kdq, vdq, cu, sk, bt), {}, what=f"{fmt} {heads} {layout}")
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.parametrize("D", [80, 128])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_attention_options_and_head_sizes(isa, fmt, D, name):
+    rng = np.random.default_rng(D)
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[3, 1], k_lens=[40, 70], H=8, Hkv=2, D=D, bs=16)
+    kw = OPTIONS[name]
+    out, lse = vt.flash_attn_varlen_func(q, cache.key_cache(0), cache.value_cache(0), cu_seqlens_q=cu, seqused_k=sk,
+                                         block_table=bt, kv_cache_dtype=fmt, k_scale_cache=cache.k_scale_cache(0),
+                                         v_scale_cache=cache.v_scale_cache(0), return_lse=True, **kw)
+    check_close(np.asarray(out), np.asarray(lse), (q, kdq, vdq, cu, sk, bt), kw, what=f"{fmt} D{D} {name}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bf16_queries(isa, fmt):
+    import ml_dtypes
+    rng = np.random.default_rng(1)
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 5], k_lens=[50, 20], H=4, Hkv=2, D=64, bs=16,
+                                           q_dtype=ml_dtypes.bfloat16)
+    out = cache.attention(0, q, cu_seqlens_q=cu, seqused_k=sk, block_table=bt)
+    check_close(np.asarray(out), None, (q, kdq, vdq, cu, sk, bt), {}, what=f"{fmt} bf16 q")
+
+
+def test_scale_caches_are_read_with_vllms_strides():
+    """vLLM's scale caches are strided views into its page (not contiguous): give them so."""
+    rng = np.random.default_rng(2)
+    fmt = "int8_per_token_head"
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[2], k_lens=[37], H=4, Hkv=2, D=64, bs=16)
+    ks, vs = cache.k_scale_cache(0), cache.v_scale_cache(0)
+    big = np.full(ks.shape[:2] + (ks.shape[2], 3), np.nan, np.float32)  # [NB, BS, H, 3]: stride 12 bytes per head
+    big[..., 1] = ks
+    bigv = big.copy()
+    bigv[..., 1] = vs
+    out = vt.flash_attn_varlen_func(q, cache.key_cache(0), cache.value_cache(0), cu_seqlens_q=cu, seqused_k=sk,
+                                    block_table=bt, kv_cache_dtype=fmt, k_scale_cache=big[..., 1],
+                                    v_scale_cache=bigv[..., 1])
+    check_close(np.asarray(out), None, (q, kdq, vdq, cu, sk, bt), {}, what="strided scales")
