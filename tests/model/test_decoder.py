@@ -9,6 +9,7 @@ import pytest
 
 from tests.model import refmodel
 from tests.model.conftest import MODEL_TYPES
+from tests.numerics import pth_twin
 from vtinfer.models import Decoder
 
 
@@ -46,6 +47,8 @@ def _kv_round_fn(kind, ks=None, vs=None):
             return x32.astype(ml_dtypes.bfloat16).astype(np.float64)
         if kind == "float16":
             return x32.astype(np.float16).astype(np.float64)
+        if kind in pth_twin.QUANT:  # per-token-head: the NumPy twin's store and read
+            return pth_twin.dequantize(*pth_twin.quantize(x32, kind), kind).astype(np.float64)
         s = scale_of(ks if which == "k" else vs, layer, x.shape).astype(np.float32)
         fmt, mx = (ml_dtypes.float8_e4m3fn, 448.0) if kind == "fp8_e4m3" else (ml_dtypes.float8_e5m2, 57344.0)
         y = np.clip(x32 / s, -mx, mx).astype(fmt).astype(np.float64)
@@ -64,7 +67,8 @@ SCALES = {
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
 @pytest.mark.parametrize("kind,scales", [("bfloat16", "one"), ("float16", "one"), ("fp8_e4m3", "one"),
                                          ("fp8_e4m3", "per-layer"), ("fp8_e4m3", "per-head"),
-                                         ("fp8_e5m2", "per-layer")])
+                                         ("fp8_e5m2", "per-layer"), ("int8_per_token_head", "one"),
+                                         ("fp8_per_token_head", "one")])
 def test_quantized_kv_matches_reference_with_same_rounding(tiny_dirs, model_type, kind, scales):
     # The oracle rounds K/V exactly as the cache stores them (ml_dtypes, x/scale,
     # saturating), so a dropped, swapped or misrouted scale shows up as a large error.

