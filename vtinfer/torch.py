@@ -14,6 +14,15 @@ op                                  schema (mutated arguments marked ``!``)
                                     block_table, ...) -> (out, softmax_lse)``
 ``fp8_quantize``                    ``(x, scale, fmt) -> float8 codes``
 ``fp8_dequantize``                  ``(codes, scale, fmt, dtype) -> values``
+``swap_blocks``                     ``(src, dst!, block_size_in_bytes, block_mapping)``
+``convert_fp8``                     ``(output!, input, scale, kv_dtype)``
+``gather_and_maybe_dequant_cache``  ``(src_cache, dst!, block_table, cu_seq_lens,
+                                    token_to_seq, num_tokens, kv_cache_dtype,
+                                    scale, seq_starts)``
+``cp_gather_cache``                 ``(src_cache, dst!, block_table, cu_seq_lens,
+                                    batch_size, seq_starts)``
+``merge_attn_states``               ``(output!, prefix_output, prefix_lse,
+                                    suffix_output, suffix_lse, output_lse!, ...)``
 ==================================  ===============================================
 
 Each op has a fake (meta) implementation that gives the output shapes and
@@ -34,10 +43,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from vtinfer import _attention, _codec, _kvcache
+from vtinfer import _attention, _cache_ops, _codec, _kvcache
 
-__all__ = ["FP8_TORCH_DTYPES", "flash_attn_varlen_func", "fp8_dequantize", "fp8_quantize",
-           "reshape_and_cache", "reshape_and_cache_flash"]
+__all__ = ["FP8_TORCH_DTYPES", "convert_fp8", "cp_gather_cache", "flash_attn_varlen_func", "fp8_dequantize",
+           "fp8_quantize", "gather_and_maybe_dequant_cache", "merge_attn_states", "reshape_and_cache",
+           "reshape_and_cache_flash", "swap_blocks"]
 
 #: torch dtype of fp8 codes for each vtinfer fp8 format.
 FP8_TORCH_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
@@ -94,8 +104,8 @@ def flash_attn_varlen_func(
     k: Tensor,
     v: Tensor,
     cu_seqlens_q: Tensor,
-    seqused_k: Tensor,
-    block_table: Tensor,
+    seqused_k: Optional[Tensor],
+    block_table: Optional[Tensor],
     softmax_scale: Optional[float] = None,
     causal: bool = True,
     window_left: int = -1,
@@ -106,18 +116,23 @@ def flash_attn_varlen_func(
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
     kv_cache_dtype: str = "auto",
+    cu_seqlens_k: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     """Paged attention: see :func:`vtinfer.flash_attn_varlen_func`.
 
     Returns ``(out, softmax_lse)``: out ``[total_q, H, D]`` of q's dtype,
-    softmax_lse float32 ``[H, total_q]``. ``window_size`` is split into
-    ``window_left`` / ``window_right`` (-1: unlimited).
+    softmax_lse float32 ``[H, total_q]``; an fp8 q (float8, or uint8
+    codes with an fp8 ``kv_cache_dtype``) gives a bfloat16 out, as
+    FlashAttention-3 does. ``window_size`` is split into ``window_left`` /
+    ``window_right`` (-1: unlimited). Packed (non-paged) K/V: pass
+    ``seqused_k = block_table = None`` and ``cu_seqlens_k``.
     """
     out, lse = _attention.flash_attn_varlen_func(
         q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale, v_descale=v_descale,
-        kv_cache_dtype=kv_cache_dtype, return_lse=True,
+        kv_cache_dtype=kv_cache_dtype, return_lse=True, cu_seqlens_k=cu_seqlens_k, q_descale=q_descale,
     )
     return out, lse
 
@@ -125,9 +140,11 @@ def flash_attn_varlen_func(
 @flash_attn_varlen_func.register_fake
 def _(q, k, v, cu_seqlens_q, seqused_k, block_table, softmax_scale=None, causal=True, window_left=-1,
       window_right=-1, softcap=0.0, alibi_slopes=None, s_aux=None, k_descale=None, v_descale=None,
-      kv_cache_dtype="auto"):
+      kv_cache_dtype="auto", cu_seqlens_k=None, q_descale=None):
     total_q, heads = q.shape[0], q.shape[1]
-    return q.new_empty(q.shape), q.new_empty((heads, total_q), dtype=torch.float32)
+    fp8_q = q.dtype in FP8_TORCH_DTYPES.values() or q.dtype == torch.uint8
+    out_dtype = torch.bfloat16 if fp8_q else q.dtype
+    return q.new_empty(q.shape, dtype=out_dtype), q.new_empty((heads, total_q), dtype=torch.float32)
 
 
 # ---- fp8 codecs ------------------------------------------------------------------
@@ -160,3 +177,73 @@ def fp8_dequantize(codes: Tensor, scale: float = 1.0, fmt: Optional[str] = None,
 @fp8_dequantize.register_fake
 def _(codes, scale=1.0, fmt=None, dtype=torch.float32):
     return codes.new_empty(codes.shape, dtype=dtype)
+
+
+# ---- vLLM's cache ops: all write into caller-owned tensors -----------------------
+
+
+@torch.library.custom_op("vtinfer::swap_blocks", mutates_args=("dst",), device_types="cpu")
+def swap_blocks(src: Tensor, dst: Tensor, block_size_in_bytes: int, block_mapping: Tensor) -> None:
+    """vLLM's ``swap_blocks``: see :func:`vtinfer.swap_blocks` (block_mapping int64 ``[n, 2]``)."""
+    _cache_ops.swap_blocks(src, dst, block_size_in_bytes, block_mapping)
+
+
+@swap_blocks.register_fake
+def _(src, dst, block_size_in_bytes, block_mapping):
+    return None
+
+
+@torch.library.custom_op("vtinfer::convert_fp8", mutates_args=("output",), device_types="cpu")
+def convert_fp8(output: Tensor, input: Tensor, scale: float = 1.0, kv_dtype: str = "fp8") -> None:
+    """vLLM's ``convert_fp8`` (either direction, by dtype): see :func:`vtinfer.convert_fp8`."""
+    _cache_ops.convert_fp8(output, input, scale, kv_dtype)
+
+
+@convert_fp8.register_fake
+def _(output, input, scale=1.0, kv_dtype="fp8"):
+    return None
+
+
+@torch.library.custom_op("vtinfer::gather_and_maybe_dequant_cache", mutates_args=("dst",), device_types="cpu")
+def gather_and_maybe_dequant_cache(src_cache: Tensor, dst: Tensor, block_table: Tensor, cu_seq_lens: Tensor,
+                                   token_to_seq: Tensor, num_tokens: int, kv_cache_dtype: str, scale: Tensor,
+                                   seq_starts: Optional[Tensor] = None) -> None:
+    """vLLM's ``gather_and_maybe_dequant_cache``: see :func:`vtinfer.gather_and_maybe_dequant_cache`."""
+    _cache_ops.gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens, token_to_seq, num_tokens,
+                                              kv_cache_dtype, scale, seq_starts)
+
+
+@gather_and_maybe_dequant_cache.register_fake
+def _(src_cache, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, kv_cache_dtype, scale, seq_starts=None):
+    return None
+
+
+@torch.library.custom_op("vtinfer::cp_gather_cache", mutates_args=("dst",), device_types="cpu")
+def cp_gather_cache(src_cache: Tensor, dst: Tensor, block_table: Tensor, cu_seq_lens: Tensor, batch_size: int,
+                    seq_starts: Optional[Tensor] = None) -> None:
+    """vLLM's ``cp_gather_cache`` (bytes copied, codes stay codes): see :func:`vtinfer.cp_gather_cache`."""
+    _cache_ops.cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts)
+
+
+@cp_gather_cache.register_fake
+def _(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts=None):
+    return None
+
+
+@torch.library.custom_op("vtinfer::merge_attn_states", mutates_args=("output", "output_lse"), device_types="cpu")
+def merge_attn_states(output: Tensor, prefix_output: Tensor, prefix_lse: Tensor, suffix_output: Tensor,
+                      suffix_lse: Tensor, output_lse: Optional[Tensor] = None,
+                      prefill_tokens_with_context: Optional[int] = None,
+                      output_scale: Optional[Tensor] = None) -> None:
+    """vLLM's ``merge_attn_states`` (``vllm/_custom_ops.py`` order): see :func:`vtinfer.merge_attn_states`.
+
+    output ``[T, H, D]`` and output_lse float32 ``[H, T]`` are written.
+    """
+    _cache_ops.merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse,
+                                 prefill_tokens_with_context, output_scale)
+
+
+@merge_attn_states.register_fake
+def _(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None,
+      prefill_tokens_with_context=None, output_scale=None):
+    return None

@@ -188,3 +188,41 @@ def test_fake_impls_compute_nothing():
         assert (d.shape, d.dtype) == ((5,), torch.float16)
         assert ops.reshape_and_cache_flash(q[:, :2], q[:, :2], kc, kc, i32, "fp8", torch.empty(()),
                                            torch.empty(())) is None
+
+
+@pytest.mark.parametrize("codes_as", ["float8", "uint8"])
+@pytest.mark.parametrize("kind", ["tensor", "head", "batch"])
+def test_flash_attn_fp8_query_with_q_descale(kind, codes_as):
+    """An fp8 q (FA3): logits from decode(q) * q_descale; out is bfloat16 (fake and real agree)."""
+    np_args, targs, kw = attention_args("fp8_e4m3", "head", "NHD", seed=5)
+    q = targs[0].float().to(torch.float8_e4m3fn)
+    qd = {"tensor": torch.tensor(0.75), "head": torch.tensor([0.5, 2.0]),
+          "batch": torch.tensor([[0.5, 2.0], [1.25, 0.625]])}[kind]
+    qarg = q if codes_as == "float8" else q.view(torch.uint8)
+    out, lse = ops.flash_attn_varlen_func(qarg, *targs[1:], **kw, q_descale=qd)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    # reference: decode(q) exactly (bfloat16 holds every e4m3 value), q_descale folded into k_descale
+    ref_args = (as_numpy(q.float().to(torch.bfloat16)), *np_args[1:])
+    kd = (kw["k_descale"].reshape(1, -1) * qd.reshape(-1, 1) if kind == "tensor" else
+          kw["k_descale"].reshape(1, -1) * (qd.reshape(1, -1) if kind == "head" else qd))
+    ref_kw = {"kv_cache_dtype": kw["kv_cache_dtype"], "k_descale": kd.expand(2, HKV).numpy(),
+              "v_descale": kw["v_descale"].numpy()}
+    check_close(as_numpy(out), as_numpy(lse), ref_args, ref_kw, what=f"fp8 q {kind} {codes_as}")
+    # opcheck's schema check compares inputs with allclose, which torch 2.13 lacks for float8 on the CPU
+    skip = ("test_schema",) if codes_as == "float8" else ()
+    utils = [u for u in ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+             if u not in skip]
+    opcheck(ops.flash_attn_varlen_func, (qarg, *targs[1:]), {**kw, "q_descale": qd}, test_utils=utils)
+
+
+def test_flash_attn_packed_varlen():
+    """Non-paged K/V (cu_seqlens_k): the same as a paged cache of block size 1 with the identity table."""
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(5, 4, D, generator=g)
+    k, v = (torch.randn(12, HKV, D, generator=g) for _ in range(2))
+    cu_q, cu_k = torch.tensor([0, 2, 5], dtype=torch.int32), torch.tensor([0, 4, 12], dtype=torch.int32)
+    out, lse = ops.flash_attn_varlen_func(q, k, v, cu_q, None, None, cu_seqlens_k=cu_k)
+    bt = np.array([[0, 1, 2, 3, 0, 0, 0, 0], [4, 5, 6, 7, 8, 9, 10, 11]], np.int32)
+    paged = (q.numpy(), k.numpy()[:, None], v.numpy()[:, None], cu_q.numpy(), np.array([4, 8], np.int32), bt)
+    check_close(out.numpy(), lse.numpy(), paged, {}, what="packed")
+    opcheck(ops.flash_attn_varlen_func, (q, k, v, cu_q, None, None), {"cu_seqlens_k": cu_k})

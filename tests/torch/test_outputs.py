@@ -210,3 +210,18 @@ def test_paged_cache_gather_and_attention_follow_torch(dtype):
     nout = cache.attention(0, as_numpy(q), **{n: t.numpy() for n, t in kw.items()})
     assert type(nout) is np.ndarray
     assert np.array_equal(as_numpy(out).view(np.uint16), nout.view(np.uint16))
+
+
+def test_flash_attn_fp8_query_and_return_softmax_lse_follow_torch():
+    """An fp8 torch q (FlashAttention-3) gives a torch bfloat16 out; return_softmax_lse a torch float32 LSE."""
+    args = attention_case("float32", "fp8_e4m3")
+    q, k, v, cu, sk, bt = (as_torch(torch, a) for a in args)
+    q8 = q.to(torch.float8_e4m3fn)
+    out, lse = vt.flash_attn_varlen_func(q8, k, v, cu_seqlens_q=cu, seqused_k=sk, block_table=bt,
+                                         kv_cache_dtype="fp8_e4m3", q_descale=torch.tensor(0.5),
+                                         return_softmax_lse=True)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16 and out.shape == q.shape
+    assert isinstance(lse, torch.Tensor) and lse.dtype == torch.float32
+    ref_args = (as_numpy(q8.float().to(torch.bfloat16)), *args[1:])
+    check_close(as_numpy(out), as_numpy(lse), ref_args, {"kv_cache_dtype": "fp8_e4m3", "k_descale": np.float32(0.5)},
+                what="fp8 q torch")
