@@ -350,7 +350,8 @@ static int prepare_outputs(vt_module_state *st, attn_call *c) {
                      (long long)q->shape[2]);
             return vt_shape_error(FN, "out", want, &c->out);
         }
-        if (inner_contiguous(&c->out, "out") < 0 || vt_refuse_shared(FN, q, "q", &c->out, "out") < 0 ||
+        if (inner_contiguous(&c->out, "out") < 0 || vt_refuse_self_alias(FN, &c->out, "out") < 0 ||
+            vt_refuse_shared(FN, q, "q", &c->out, "out") < 0 ||
             vt_refuse_shared(FN, &c->k, "k", &c->out, "out") < 0 || vt_refuse_shared(FN, &c->v, "v", &c->out, "out") < 0)
             return -1;
         c->out_obj = Py_NewRef(given);

@@ -4,6 +4,7 @@
  * where allowed, anything numpy.asarray takes; plus num_threads. */
 #include "vt_binding.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __linux__
@@ -193,10 +194,15 @@ int vt_num_threads_arg(PyObject *value, const char *fn) {
         PyErr_Format(PyExc_TypeError, "%s: num_threads must be an int or None; got %s", fn, Py_TYPE(value)->tp_name);
         return -1;
     }
-    long v = PyLong_AsLong(value);
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(value, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (v < 1) {
-        PyErr_Format(PyExc_ValueError, "%s: num_threads must be >= 1; got %ld", fn, v);
+    if (overflow > 0 || v > INT_MAX) { /* beyond C's int: refused by name, not a bare OverflowError */
+        PyErr_Format(PyExc_ValueError, "%s: num_threads must be <= %d; got %S", fn, INT_MAX, value);
+        return -1;
+    }
+    if (overflow < 0 || v < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: num_threads must be >= 1; got %S", fn, value);
         return -1;
     }
     return v > VT_MAX_THREADS ? VT_MAX_THREADS : (int)v;

@@ -87,6 +87,14 @@ int vt_tensor_is_contiguous(const vt_tensor *t);
  * the tensor has none). */
 int vt_tensor_last_dim_contiguous(const vt_tensor *t);
 
+/* Could two elements of t share a byte? 0 when the non-trivial
+ * dimensions, taken by increasing |stride|, nest (each stride at least the
+ * span of the dimensions below it): then every element has bytes of its
+ * own. 1 otherwise (a zero stride, blocks built with as_strided to alias,
+ * or an interleaving this sufficient test cannot prove disjoint, which no
+ * layout vLLM or vtinfer builds has). Destinations must answer 0. */
+int vt_tensor_self_overlaps(const vt_tensor *t);
+
 /* Do a and b share at least one byte of an element? Exact for any strides
  * (negative, zero, interleaved views of one allocation such as kv[:, 0]
  * and kv[:, 1]): the views are split until their byte extents are

@@ -651,6 +651,55 @@ def safetensors_per_head_scale_wrong_count():
             "model.layers.0.self_attn.k_scale must hold 2 or 1 element(s)", [])
 
 
+# --- issue #15 item 6: thread counts beyond C's range, destinations whose blocks alias
+@row
+def threads_huge_codec():
+    import vtinfer as vt
+    x, out = np.ones(4, np.float32), np.full(4, 7, np.uint8)
+    return lambda: vt.fp8_quantize(x, out=out, num_threads=2**40), ValueError, "num_threads must be <= 2147483647", [out]
+
+
+@row
+def threads_huge_attention():
+    return _attn_row(ValueError, "num_threads must be <= 2147483647", num_threads=2**31)
+
+
+@row
+def threads_huge_store():
+    c, (k, v) = _cache(), _kv()
+    return lambda: c.store(0, k, v, np.array([0, 1, 2]), num_threads=2**70), ValueError, "num_threads", [c]
+
+
+@row
+def store_dest_blocks_alias_as_strided():
+    import vtinfer as vt
+    from numpy.lib.stride_tricks import as_strided
+    kc, vc = np.zeros((4, 4, 2, 8), np.float32), np.zeros((4, 4, 2, 8), np.float32)
+    alias = as_strided(kc, shape=kc.shape, strides=(0,) + kc.strides[1:])  # every block is block 0
+    k, v = _kv()
+    return (lambda: vt.reshape_and_cache_flash(k, v, alias, vc, np.array([0, 5, 9]), "auto", 1.0, 1.0),
+            ValueError, "key_cache must not alias itself", [kc, vc])
+
+
+@row
+def store_dest_slots_interleave_as_strided():
+    import vtinfer as vt
+    from numpy.lib.stride_tricks import as_strided
+    kc, vc = np.zeros((4, 4, 2, 8), np.float32), np.zeros((4, 4, 2, 8), np.float32)
+    alias = as_strided(vc, shape=vc.shape, strides=(vc.strides[0], 16, 32, 4))  # slots overlap heads
+    k, v = _kv()
+    return (lambda: vt.reshape_and_cache_flash(k, v, kc, alias, np.array([0, 5, 9]), "auto", 1.0, 1.0),
+            ValueError, "value_cache must not alias itself", [kc, vc])
+
+
+@row
+def attn_out_aliases_itself():
+    from numpy.lib.stride_tricks import as_strided
+    out = np.full((3, 4, 8), 5, np.float32)
+    return _attn_row(ValueError, "out must not alias itself",
+                     out=as_strided(out, shape=out.shape, strides=(0,) + out.strides[1:]))
+
+
 # ---------------------------------------------------------------- the child
 
 

@@ -186,6 +186,9 @@ static int check_overlap(const vt_store_call *c) {
     const char *fn = c->fn;
     const vt_tensor *in[3] = {&c->key, &c->value, &c->slots};
     static const char *const names[3] = {"key", "value", "slot_mapping"};
+    if (vt_refuse_self_alias(fn, &c->key_cache, "key_cache") < 0 ||
+        vt_refuse_self_alias(fn, &c->value_cache, "value_cache") < 0)
+        return -1;
     if (vt_refuse_shared(fn, &c->key_cache, "key_cache", &c->value_cache, "value_cache") < 0) return -1;
     for (int i = 0; i < 3; i++)
         if (vt_refuse_shared(fn, in[i], names[i], &c->key_cache, "key_cache") < 0 ||

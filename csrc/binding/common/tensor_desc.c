@@ -149,6 +149,30 @@ void vt_tensor_extent(const vt_tensor *t, int64_t *lo, int64_t *hi) {
 
 
 
+int vt_tensor_self_overlaps(const vt_tensor *t) {
+    if (has_no_element(t)) return 0;
+    int64_t st[VT_MAX_DIMS], sz[VT_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] <= 1) continue;
+        int64_t s = t->strides[i] < 0 ? -t->strides[i] : t->strides[i];
+        int j = n++;
+        while (j > 0 && st[j - 1] > s) { /* insertion sort by |stride| */
+            st[j] = st[j - 1];
+            sz[j] = sz[j - 1];
+            j--;
+        }
+        st[j] = s;
+        sz[j] = t->shape[i];
+    }
+    int64_t span = (int64_t)t->itemsize; /* bytes covered by the dimensions taken so far */
+    for (int i = 0; i < n; i++) {
+        if (st[i] < span) return 1;
+        span = st[i] * (sz[i] - 1) + span; /* within the extent checked at import */
+    }
+    return 0;
+}
+
 int vt_tensor_is_contiguous(const vt_tensor *t) {
     if (has_no_element(t)) return 1;
     int64_t expect = (int64_t)t->itemsize;

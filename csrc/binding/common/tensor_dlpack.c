@@ -242,3 +242,10 @@ int vt_refuse_shared(const char *fn, const vt_tensor *input, const char *in_name
                  dst_name);
     return -1;
 }
+
+int vt_refuse_self_alias(const char *fn, const vt_tensor *dst, const char *name) {
+    if (!vt_tensor_self_overlaps(dst)) return 0;
+    PyErr_Format(PyExc_ValueError, "%s: %s must not alias itself (its strides make two elements share memory)", fn,
+                 name);
+    return -1;
+}

@@ -358,6 +358,10 @@ static PyObject *py_attn(PyObject *m, PyObject *args) {
         same_device(&q, &sk, fn, "seqused_k") || same_device(&q, &bt, fn, "block_table") ||
         same_device(&q, &out, fn, "out") || (lse.owner && same_device(&q, &lse, fn, "lse")))
         goto done;
+    /* the CPU path's rule (attention_binding.c): out may share no element with q, k or v */
+    if (vt_refuse_self_alias(fn, &out, "out") < 0 || vt_refuse_shared(fn, &q, "q", &out, "out") < 0 || vt_refuse_shared(fn, &k, "k", &out, "out") < 0 ||
+        vt_refuse_shared(fn, &v, "v", &out, "out") < 0)
+        goto done;
     const int H = (int)q.shape[1], D = (int)q.shape[2], Hkv = (int)k.shape[2];
     const int B = (int)sk.shape[0];
     if (q.elem != VT_ELEM_F32 && q.elem != VT_ELEM_F16 && q.elem != VT_ELEM_BF16) {
