@@ -90,6 +90,8 @@ def reshape_and_cache_flash(
     *,
     layout: str | None = None,
     num_threads: int | None = None,
+    k_scale_cache: Any = None,
+    v_scale_cache: Any = None,
 ) -> None: ...
 def reshape_and_cache(
     key: Any,

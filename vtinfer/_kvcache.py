@@ -279,6 +279,8 @@ def reshape_and_cache_flash(
     *,
     layout: str | None = None,
     num_threads: int | None = None,
+    k_scale_cache: Any = None,
+    v_scale_cache: Any = None,
 ) -> None:
     """vLLM's ``reshape_and_cache_flash`` on caller-owned arrays, same argument order.
 
@@ -301,25 +303,37 @@ def reshape_and_cache_flash(
         written. Duplicate slots: the later token wins.
     kv_cache_dtype : str
         ``"auto"``, ``"float16"``, ``"bfloat16"``, ``"float32"``,
-        ``"fp8"``/``"fp8_e4m3"`` (e4m3fn), ``"fp8_e5m2"``.
+        ``"fp8"``/``"fp8_e4m3"`` (e4m3fn), ``"fp8_e5m2"``, or a
+        per-token-head format (``vt.PER_TOKEN_HEAD_DTYPES``).
     k_scale, v_scale : float or array_like
         One element or ``[H_kv]`` (per-head scales); used by fp8 caches only,
-        where ``code = encode(x / scale)`` (vLLM's CUDA semantics).
+        where ``code = encode(x / scale)`` (vLLM's CUDA semantics); ignored
+        by the per-token-head formats.
     layout : {None, "NHD", "HND"}
         How to read the caches' shape (not in vLLM's signature).
     num_threads : int, optional
         Threads to use.
+    k_scale_cache, v_scale_cache : ndarray or DLPack tensor, shape (num_blocks, block_size, H_kv), optional
+        float32, written in place, any strides: the per-(token, head) scales
+        of a per-token-head format (required there, None otherwise), as
+        vLLM's ``triton_reshape_and_cache_flash_per_token_head_quant`` takes
+        them. The code caches are then int8 (``int8_per_token_head``) or
+        uint8 / float8_e4m3fn (``fp8_per_token_head``), with a last
+        dimension of D, or D + 4 as vLLM's padded views over its inline
+        page (those 4 bytes, where vLLM's scale views point, are not
+        written through the code caches).
 
     CUDA tensors (DLPack device type 2) are stored on the device by the
     CUDA arm (``vtinfer._cuda``), with the same checks and bytes.
     """
     if _cuda_ops.is_cuda(key):
         _cuda_ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-                                          k_scale, v_scale, layout=layout)
+                                          k_scale, v_scale, layout=layout, k_scale_cache=k_scale_cache,
+                                          v_scale_cache=v_scale_cache)
         return
     _C.reshape_and_cache_flash(
         key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
-        layout=layout, num_threads=num_threads,
+        layout=layout, num_threads=num_threads, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
     )
 
 

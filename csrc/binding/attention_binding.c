@@ -227,8 +227,10 @@ static int check_shapes(attn_call *c, int64_t *ksb, int64_t *ksh, int64_t *vsb, 
                      (long long)k->shape[1], (long long)HKV, (long long)k->shape[3]);
             return vt_shape_error(FN, "v", want, v);
         }
-    if (k->shape[3] != D) {
-        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld] (q's head size)", (long long)D);
+    const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
+    if (k->shape[3] != D && !(pth && k->shape[3] == D + 4)) { /* D + 4: vLLM's padded per-token-head views */
+        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size)", (long long)D,
+                 pth ? " or D + 4" : "");
         return vt_shape_error(FN, "k", want, k);
     }
     if (HKV < 1 || H % HKV) {

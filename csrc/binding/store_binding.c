@@ -1,7 +1,8 @@
 /* vtinfer._C's functional stores (vLLM's names and argument order):
  *
  *   _C.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
- *                              k_scale, v_scale, *, layout=None, num_threads=None) -> None
+ *                              k_scale, v_scale, *, layout=None, num_threads=None,
+ *                              k_scale_cache=None, v_scale_cache=None) -> None
  *   _C.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
  *                        k_scale, v_scale, *, num_threads=None) -> None
  *
@@ -53,6 +54,7 @@ static PyObject *store(PyObject *m, PyObject *args, PyObject *kw, int xsplit) {
         return NULL;
     if (vt_store_pin_inputs(&c, cpu_pin, st, a.key, a.value, a.slot_mapping, -1, -1) < 0 ||
         vt_store_pin_caches(&c, cpu_pin, st, a.key_cache, a.value_cache) < 0 ||
+        vt_store_pin_scale_caches(&c, cpu_pin, st, a.k_scale_cache, a.v_scale_cache) < 0 ||
         vt_copy_inputs_contiguous(st, &c) < 0 || vt_store_check(&c) < 0 || set_scales(&c, a.k_scale, a.v_scale) < 0) {
         vt_store_release(&c);
         return NULL;

@@ -52,7 +52,9 @@
 #define VT_STORE_FLASH_ARGS(X)                                                                                       \
     VT_STORE_COMMON_ARGS(X)                                                                                          \
     X(layout, "None")                                                                                                \
-    X(num_threads, "None")
+    X(num_threads, "None")                                                                                           \
+    X(k_scale_cache, "None")                                                                                         \
+    X(v_scale_cache, "None")
 #define VT_STORE_X_ARGS(X)                                                                                           \
     VT_STORE_COMMON_ARGS(X)                                                                                          \
     X(num_threads, "None")

@@ -78,3 +78,105 @@ def test_cache_refusals():
         c.store(0, np.ones((2, HKV, D), np.float32), np.ones((2, HKV, D), np.float32), np.array([0, 48]))
     np.testing.assert_array_equal(c.key_cache(0), before[0])
     np.testing.assert_array_equal(c.k_scale_cache(0), before[1])
+
+
+# ---- the functional store on caller-owned caches (reshape_and_cache_flash with scale caches)
+
+T = 5
+
+
+def store_args(fmt="int8_per_token_head"):
+    """Good arguments: int8 (or uint8) code caches [NB, BS, HKV, D + 4] (vLLM's padded views, pads 0x5A)
+    and contiguous float32 scale caches [NB, BS, HKV]."""
+    rng = np.random.default_rng(3)
+    code = np.int8 if fmt == "int8_per_token_head" else np.uint8
+    page = np.full((NB, BS, HKV, 2 * (D + 4)), 0x5A, np.uint8).view(code)
+    return dict(key=rng.standard_normal((T, HKV, D)).astype(np.float32),
+                value=rng.standard_normal((T, HKV, D)).astype(np.float32),
+                key_cache=page[..., : D + 4], value_cache=page[..., D + 4:], slot_mapping=np.arange(T),
+                kv_cache_dtype=fmt, k_scale=1.0, v_scale=1.0,
+                k_scale_cache=np.ones((NB, BS, HKV), np.float32), v_scale_cache=np.ones((NB, BS, HKV), np.float32))
+
+
+def _shares_codes(a):
+    a["k_scale_cache"] = a["key_cache"].view(np.uint8)[..., 4:8].view(np.float32)[..., 0]  # codes 4..7
+    return a
+
+
+def _broadcast(a):
+    a["v_scale_cache"] = np.lib.stride_tricks.as_strided(np.ones(1, np.float32), (NB, BS, HKV), (0, 0, 0))
+    return a
+
+
+def _readonly(a):
+    a["k_scale_cache"].flags.writeable = False
+    return a
+
+
+def _cuda_scale(a):
+    from tests.binding.dlpack_fake import FakeTensor
+    a["k_scale_cache"] = FakeTensor((NB, BS, HKV), device_type=2)
+    return a
+
+
+STORE_CASES = [
+    ("k_scale_cache missing", lambda a: {**a, "k_scale_cache": None}, ValueError,
+     r"reshape_and_cache_flash: k_scale_cache and v_scale_cache must be given for kv_cache_dtype "
+     r"'int8_per_token_head'"),
+    ("v_scale_cache shape", lambda a: {**a, "v_scale_cache": np.ones((NB, BS, HKV + 1), np.float32)}, ValueError,
+     r"reshape_and_cache_flash: v_scale_cache must have shape \[3, 16, 2\] .*; got \[3, 16, 3\]"),
+    ("k_scale_cache rank", lambda a: {**a, "k_scale_cache": np.ones((NB, BS), np.float32)}, ValueError,
+     r"reshape_and_cache_flash: k_scale_cache must have 3 dimensions; got 2"),
+    ("k_scale_cache float64", lambda a: {**a, "k_scale_cache": np.ones((NB, BS, HKV))}, TypeError,
+     r"reshape_and_cache_flash: k_scale_cache must have dtype float32; got float64"),
+    ("v_scale_cache int32", lambda a: {**a, "v_scale_cache": np.ones((NB, BS, HKV), np.int32)}, TypeError,
+     r"reshape_and_cache_flash: v_scale_cache must have dtype float32; got int32"),
+    ("k_scale_cache read-only", _readonly, ValueError, r"k_scale_cache must be writable"),
+    ("k_scale_cache on a CUDA device", _cuda_scale, ValueError,
+     r"reshape_and_cache_flash: k_scale_cache must be in CPU memory; got DLPack device type 2"),
+    ("scale caches for a plain dtype", lambda a: {**a, "kv_cache_dtype": "float32",
+                                                  "key_cache": np.zeros((NB, BS, HKV, D), np.float32),
+                                                  "value_cache": np.zeros((NB, BS, HKV, D), np.float32)},
+     ValueError, r"k_scale_cache and v_scale_cache must be None unless kv_cache_dtype is a per-token-head format; "
+                 r"got kv_cache_dtype 'float32'"),
+    ("int8 codes read as fp8", lambda a: {**a, "kv_cache_dtype": "fp8_per_token_head"}, TypeError,
+     r"reshape_and_cache_flash: key_cache must hold uint8 or float8_e4m3fn codes for kv_cache_dtype "
+     r"'fp8_per_token_head'; got int8"),
+    ("int8 codes without the format", lambda a: {**a, "kv_cache_dtype": "auto", "k_scale_cache": None,
+                                                 "v_scale_cache": None, "key_cache": np.zeros((NB, BS, HKV, D), np.int8),
+                                                 "value_cache": np.zeros((NB, BS, HKV, D), np.int8)}, TypeError,
+     r"reshape_and_cache_flash: key_cache must have dtype float32 for kv_cache_dtype 'auto'"),
+    ("last dimension D + 8", lambda a: {**a, "key_cache": np.zeros((NB, BS, HKV, D + 8), np.int8)}, ValueError,
+     r"key_cache must have shape \[num_blocks, block_size, H_kv, D\] = \[3, 16, 2, 64\] \(H_kv and D from key; "
+     r"or D \+ 4 as vLLM's per-token-head views\)"),
+    ("scale cache inside the codes", _shares_codes, ValueError,
+     r"reshape_and_cache_flash: k_scale_cache must not share memory with key_cache"),
+    ("one scale cache for K and V", lambda a: {**a, "v_scale_cache": a["k_scale_cache"]}, ValueError,
+     r"reshape_and_cache_flash: k_scale_cache must not share memory with v_scale_cache"),
+    ("broadcast scale cache", _broadcast, ValueError, r"reshape_and_cache_flash: v_scale_cache must not alias itself"),
+    ("unknown format", lambda a: {**a, "kv_cache_dtype": "int8_per_tensor"}, ValueError,
+     r"reshape_and_cache_flash: kv_cache_dtype must be one of .*; got 'int8_per_tensor'"),
+]
+
+
+@pytest.mark.parametrize("name,kw_fn,exc,match", STORE_CASES, ids=[c[0] for c in STORE_CASES])
+def test_store_refusals_write_nothing(name, kw_fn, exc, match):
+    a = kw_fn(store_args())
+    before = {k: np.array(a[k], copy=True) for k in ("key_cache", "value_cache", "k_scale_cache", "v_scale_cache")
+              if isinstance(a.get(k), np.ndarray)}
+    with pytest.raises(exc, match=match):
+        vt.reshape_and_cache_flash(**a)
+    for k, arr in before.items():
+        np.testing.assert_array_equal(np.asarray(a[k]), arr, err_msg=k)
+
+
+def test_paged_layout_store_refuses_per_token_head():
+    """vLLM has no x-split per-token-head store: reshape_and_cache refuses the formats."""
+    x = 8
+    kc = np.zeros((NB, HKV, D // x, BS, x), np.int8)
+    vc = np.zeros((NB, HKV, D, BS), np.int8)
+    k = np.ones((T, HKV, D), np.float32)
+    with pytest.raises(ValueError, match=r"reshape_and_cache: kv_cache_dtype must not be 'int8_per_token_head' "
+                                         r"\(vLLM stores per-token-head formats in the flash layout"):
+        vt.reshape_and_cache(k, k, kc, vc, np.arange(T), "int8_per_token_head", 1.0, 1.0)
+    assert not kc.any() and not vc.any()

@@ -1,6 +1,7 @@
 /* The store's argument layer (vt_store_args.h), shared by both extensions. */
 #include "vt_store_args.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,7 @@ int vt_store_pin_inputs(vt_store_call *c, vt_pin_fn pin, void *ctx, PyObject *ke
 
 int vt_store_pin_caches(vt_store_call *c, vt_pin_fn pin, void *ctx, PyObject *key_cache, PyObject *value_cache) {
     const int flags = VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT;
-    const unsigned mask = VT_ELEMS_FLOAT | VT_ELEMS_CODES;
+    const unsigned mask = VT_ELEMS_FLOAT | VT_ELEMS_CODES | VT_ELEM_BIT(VT_ELEM_I8);
     if (pin(ctx, key_cache, c->fn, "key_cache", flags, &c->key_cache) < 0 ||
         pin(ctx, value_cache, c->fn, "value_cache", flags, &c->value_cache) < 0)
         return -1;
@@ -82,6 +83,23 @@ int vt_store_pin_caches(vt_store_call *c, vt_pin_fn pin, void *ctx, PyObject *ke
                ? -1
                : 0;
 }
+
+int vt_store_pin_scale_caches(vt_store_call *c, vt_pin_fn pin, void *ctx, PyObject *k_scale_cache,
+                              PyObject *v_scale_cache) {
+    const int flags = VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT;
+    PyObject *obj[2] = {k_scale_cache, v_scale_cache};
+    vt_tensor *t[2] = {&c->k_scale_cache, &c->v_scale_cache};
+    static const char *const names[2] = {"k_scale_cache", "v_scale_cache"};
+    for (int w = 0; w < 2; w++) {
+        if (!obj[w] || obj[w] == Py_None) continue;
+        if (pin(ctx, obj[w], c->fn, names[w], flags, t[w]) < 0 ||
+            vt_tensor_check(t[w], c->fn, names[w], VT_ELEM_BIT(VT_ELEM_F32), 3, c->mem) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int is_pth(const vt_store_call *c) { return c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag); }
 
 int vt_store_check_inputs_contiguous(const vt_store_call *c) {
     const vt_tensor *in[3] = {&c->key, &c->value, &c->slots};
@@ -100,17 +118,18 @@ static int check_flash_shapes(const vt_store_call *c, int64_t H, int64_t D) {
     const vt_tensor *kc = &c->key_cache;
     const int64_t nb = kc->shape[0], bs = c->hnd ? kc->shape[2] : kc->shape[1];
     const int64_t want[4] = {nb, c->hnd ? H : bs, c->hnd ? bs : H, D};
+    const int64_t padded = is_pth(c) ? D + 4 : D; /* vLLM's per-token-head views: codes, then the scale's 4 bytes */
     for (int w = 0; w < 2; w++) {
         const vt_tensor *t = w ? &c->value_cache : kc;
         for (int i = 0; i < 4; i++)
-            if (t->shape[i] != want[i]) {
+            if (t->shape[i] != want[i] && !(i == 3 && t->shape[3] == padded)) {
                 PyErr_Format(PyExc_ValueError,
-                             "%s: %s must have shape %s = [%lld, %lld, %lld, %lld] (H_kv and D from key); got "
+                             "%s: %s must have shape %s = [%lld, %lld, %lld, %lld] (H_kv and D from key%s); got "
                              "[%lld, %lld, %lld, %lld]",
                              c->fn, w ? "value_cache" : "key_cache",
                              c->hnd ? "[num_blocks, H_kv, block_size, D]" : "[num_blocks, block_size, H_kv, D]",
                              (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3],
-                             (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                             padded != D ? "; or D + 4 as vLLM's per-token-head views" : "", (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                              (long long)t->shape[3]);
                 return -1;
             }
@@ -146,6 +165,15 @@ static int check_xsplit_shapes(const vt_store_call *c, int64_t H, int64_t D) {
 static int cache_dtype_for(const vt_store_call *c, const char *arg, const vt_tensor *cache) {
     int want = c->kv_flag == VT_DTYPE_AUTO ? (int)c->key.elem : c->kv_flag;
     const vt_dtype_info *di = vt_dtype_get(want);
+    if (is_pth(c)) { /* codes of the table's element: int8, or e4m3 (uint8 or float8_e4m3fn) */
+        int ok = di->is_int ? cache->elem == VT_ELEM_I8 : (cache->elem == VT_ELEM_U8 || cache->elem == VT_ELEM_E4M3);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s: %s must hold %s codes for kv_cache_dtype '%s'; got %s", c->fn, arg,
+                         di->is_int ? "int8" : "uint8 or float8_e4m3fn", di->name, cache->dtype_name);
+            return -1;
+        }
+        return want;
+    }
     int ok = di->is_fp8 ? (cache->elem == VT_ELEM_U8 || (int)cache->elem == want) : (int)cache->elem == want;
     if (!ok) {
         PyErr_Format(PyExc_TypeError, "%s: %s must have dtype %s%s for kv_cache_dtype %s; got %s", c->fn, arg,
@@ -194,6 +222,56 @@ static int check_overlap(const vt_store_call *c) {
         if (vt_refuse_shared(fn, in[i], names[i], &c->key_cache, "key_cache") < 0 ||
             vt_refuse_shared(fn, in[i], names[i], &c->value_cache, "value_cache") < 0)
             return -1;
+    if (!c->k_scale_cache.owner) return 0;
+    /* The scale caches: the codes (narrowed to D, so vLLM's padded views pass), the inputs, each other. */
+    const vt_tensor *sc[2] = {&c->k_scale_cache, &c->v_scale_cache};
+    static const char *const scn[2] = {"k_scale_cache", "v_scale_cache"};
+    vt_tensor codes[2] = {c->key_cache, c->value_cache};
+    static const char *const cn[2] = {"key_cache", "value_cache"};
+    for (int w = 0; w < 2; w++) codes[w].shape[3] = c->key.shape[2];
+    if (vt_refuse_shared(fn, sc[0], scn[0], sc[1], scn[1]) < 0) return -1;
+    for (int w = 0; w < 2; w++) {
+        if (vt_refuse_self_alias(fn, sc[w], scn[w]) < 0) return -1;
+        for (int i = 0; i < 3; i++)
+            if (vt_refuse_shared(fn, in[i], names[i], sc[w], scn[w]) < 0) return -1;
+        for (int j = 0; j < 2; j++)
+            if (vt_refuse_shared(fn, sc[w], scn[w], &codes[j], cn[j]) < 0) return -1;
+    }
+    return 0;
+}
+
+/* kv_cache_dtype per-token-head: both scale caches, [num_blocks, block_size, H_kv]; otherwise none. */
+static int check_scale_caches(vt_store_call *c) {
+    const vt_tensor *sc[2] = {&c->k_scale_cache, &c->v_scale_cache};
+    static const char *const scn[2] = {"k_scale_cache", "v_scale_cache"};
+    if (!is_pth(c)) {
+        if (!sc[0]->owner && !sc[1]->owner) return 0;
+        PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be None unless kv_cache_dtype is a "
+                     "per-token-head format; got kv_cache_dtype '%s'", c->fn, vt_dtype_get(c->p.cache_dtype)->name);
+        return -1;
+    }
+    const char *name = vt_dtype_get(c->kv_flag)->name;
+    if (c->xsplit) {
+        PyErr_Format(PyExc_ValueError, "%s: kv_cache_dtype must not be '%s' (vLLM stores per-token-head formats in "
+                     "the flash layout: use reshape_and_cache_flash)", c->fn, name);
+        return -1;
+    }
+    if (!sc[0]->owner || !sc[1]->owner) {
+        PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be given for kv_cache_dtype '%s' "
+                     "(float32 [num_blocks, block_size, num_kv_heads]); got None", c->fn, name);
+        return -1;
+    }
+    const int64_t want[3] = {c->p.num_blocks, c->p.block_size, c->p.num_kv_heads};
+    for (int w = 0; w < 2; w++)
+        if (sc[w]->shape[0] != want[0] || sc[w]->shape[1] != want[1] || sc[w]->shape[2] != want[2]) {
+            char buf[120];
+            snprintf(buf, sizeof buf, "[%lld, %lld, %lld] (the caches' num_blocks, block_size, H_kv)",
+                     (long long)want[0], (long long)want[1], (long long)want[2]);
+            return vt_shape_error(c->fn, scn[w], buf, sc[w]);
+        }
+    vt_kv_dst *d[2] = {&c->p.k_scale_cache, &c->p.v_scale_cache};
+    for (int w = 0; w < 2; w++)
+        *d[w] = (vt_kv_dst){sc[w]->data, sc[w]->strides[0], sc[w]->strides[1], sc[w]->strides[2], 0, 1};
     return 0;
 }
 
@@ -202,7 +280,7 @@ int vt_store_check(vt_store_call *c) {
     if ((c->xsplit ? check_xsplit_shapes(c, H, D) : check_flash_shapes(c, H, D)) < 0) return -1;
     int cdt = cache_dtype_for(c, "key_cache", &c->key_cache);
     if (cdt < 0 || cache_dtype_for(c, "value_cache", &c->value_cache) < 0) return -1;
-    if (vt_store_check_inputs_contiguous(c) < 0 || fill_destinations(c, D) < 0 || check_overlap(c) < 0) return -1;
+    if (vt_store_check_inputs_contiguous(c) < 0 || fill_destinations(c, D) < 0) return -1;
     vt_kv_store_params *p = &c->p;
     p->fn = c->fn;
     p->key = c->key.data;
@@ -217,7 +295,7 @@ int vt_store_check(vt_store_call *c) {
     p->num_blocks = c->key_cache.shape[0];
     p->src_dtype = (vt_dtype)c->key.elem;
     p->cache_dtype = (vt_dtype)cdt;
-    return 0;
+    return check_scale_caches(c) < 0 || check_overlap(c) < 0 ? -1 : 0;
 }
 
 int vt_store_set_scales(vt_store_call *c, const float *k, int64_t nk, const float *v, int64_t nv) {
@@ -248,8 +326,9 @@ int vt_store_set_scales(vt_store_call *c, const float *k, int64_t nk, const floa
 }
 
 void vt_store_release(vt_store_call *c) {
-    vt_tensor *all[5] = {&c->key, &c->value, &c->key_cache, &c->value_cache, &c->slots};
-    for (int i = 0; i < 5; i++) vt_tensor_release(all[i]);
+    vt_tensor *all[7] = {&c->key, &c->value, &c->key_cache, &c->value_cache, &c->slots, &c->k_scale_cache,
+                         &c->v_scale_cache};
+    for (int i = 0; i < 7; i++) vt_tensor_release(all[i]);
     free(c->scales);
     c->scales = NULL;
 }

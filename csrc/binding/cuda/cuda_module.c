@@ -275,10 +275,16 @@ static PyObject *py_store(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject *ret = NULL;
     if (vt_store_pin_inputs(&c, cu_pin, NULL, a.key, a.value, a.slot_mapping, -1, -1) < 0 ||
         vt_store_pin_caches(&c, cu_pin, NULL, a.key_cache, a.value_cache) < 0 ||
+        vt_store_pin_scale_caches(&c, cu_pin, NULL, a.k_scale_cache, a.v_scale_cache) < 0 ||
         same_device(&c.key, &c.value, c.fn, "value") || same_device(&c.key, &c.key_cache, c.fn, "key_cache") ||
         same_device(&c.key, &c.value_cache, c.fn, "value_cache") ||
         same_device(&c.key, &c.slots, c.fn, "slot_mapping") || vt_store_check(&c) < 0)
         goto done;
+    if (vt_dtype_per_token_head(c.p.cache_dtype)) { /* the CUDA store has no per-token-head kernel yet */
+        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype '%s' is not built for CUDA tensors", c.fn,
+                     vt_dtype_get(c.p.cache_dtype)->name);
+        goto done;
+    }
     if (vt_dtype_get(c.p.cache_dtype)->is_fp8 &&
         (store_scale(m, a.k_scale, c.fn, "k_scale", &ks) < 0 || store_scale(m, a.v_scale, c.fn, "v_scale", &vs) < 0 ||
          vt_store_set_scales(&c, ks.host, ks.count, vs.host, vs.count) < 0))
