@@ -388,12 +388,7 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
     if (!p->q || !p->out || ((!p->k || !p->v) && p->num_blocks > 0))
         return vt_error_set(err, VT_ERR_VALUE, FN ": q, k, v and out must not be NULL");
     make_plan(p, num_threads, &pl, (void *)al, err);
-    /* Per-token-head caches: the AVX-512 tile and the scalar twin read them; AVX2 runs the scalar
-     * twin for them (its tile is owed, kv-formats.md). */
-    vt_attn_tile_fn tile = vt_kernels_active()->attn_tile;
-#if VT_X86
-    if (vt_dtype_per_token_head(p->kv_dtype) && tile == vt_attn_tile_avx2) tile = vt_attn_tile_scalar;
-#endif
+    vt_attn_tile_fn tile = vt_kernels_active()->attn_tile; /* every tile reads the per-token-head caches */
     run_ctx ctx = {.p = p, .pl = &pl, .tile = tile};
     atomic_init(&ctx.next, 0);
     int nth = pl.nth;

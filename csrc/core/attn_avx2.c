@@ -78,6 +78,10 @@ T static AI void dec16(vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
         *b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 16)));
     } else if (dt == VT_DTYPE_BF16) {
         vt256_bf16_split(_mm256_loadu_si256((const __m256i *)src), a, b);
+    } else if (dt == VT_DTYPE_INT8_PTH) { /* int8 codes, sign-extended, natural order */
+        __m128i x = _mm_loadu_si128((const __m128i *)src);
+        *a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x));
+        *b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)));
     } else {
         vt256_fp8x16_to_f32(dt == VT_DTYPE_FP8_E4M3, _mm_loadu_si128((const __m128i *)src), a, b);
     }
@@ -202,8 +206,12 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
-    const vt_dtype dt = p->kv_dtype;
+    /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
+     * K scale into its logit and its V scale into its weight, as the AVX-512 tile does. */
+    const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype;
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    float kscale[KB], vscale[KB];
     float *qp = work;                    /* rows * Dp, permuted */
     float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
     float *S = ap + (size_t)rows * Dp;   /* rg * 8 * 8 partial dots */
@@ -242,7 +250,19 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
             float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
-            const __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm256_set1_ps(1.0f);
+            if (pth) {
+                for (int jj = 0; jj < KB; jj++) {
+                    kscale[jj] = vscale[jj] = 0.0f;
+                    if (jj >= nk) continue;
+                    memcpy(&kscale[jj], vt_attn_row(p, p->k_scale_cache, p->ks_stride_block, p->ks_stride_tok,
+                                                    p->ks_stride_head, it->b, g, j0 + jj), 4);
+                    memcpy(&vscale[jj], vt_attn_row(p, p->v_scale_cache, p->vs_stride_block, p->vs_stride_tok,
+                                                    p->vs_stride_head, it->b, g, j0 + jj), 4);
+                }
+                mul = _mm256_mul_ps(mul, _mm256_loadu_ps(kscale)); /* softmax_scale * ks_j, per key */
+                vmul = _mm256_loadu_ps(vscale);
+            }
             for (int r0 = 0; r0 < rg; r0 += 4) {
                 int R = rg - r0 < 4 ? rg - r0 : 4;
                 qk_group(R, dt, qp + ((size_t)gi * rg + r0) * Dp, Dp, D, esz, kp, nk, S + (size_t)r0 * KB * 8);
@@ -292,7 +312,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
                 __m256 e = _mm256_and_ps(vis, exp8(_mm256_max_ps(x, _mm256_set1_ps(-80.0f))));
                 lg[r] = lg[r] * alpha[r] + hsum8(e);
                 mg[r] = mn;
-                _mm256_storeu_ps(pr, e);
+                _mm256_storeu_ps(pr, pth ? _mm256_mul_ps(e, vmul) : e); /* V's per-key scale on the weight */
             }
             for (int r = 0; r < rg; r++) {
                 const float *pr = P + (size_t)r * KB;

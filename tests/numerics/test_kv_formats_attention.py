@@ -106,3 +106,24 @@ def test_scale_caches_are_read_with_vllms_strides():
                                     block_table=bt, kv_cache_dtype=fmt, k_scale_cache=big[..., 1],
                                     v_scale_cache=bigv[..., 1])
     check_close(np.asarray(out), None, (q, kdq, vdq, cu, sk, bt), {}, what="strided scales")
+
+
+@pytest.mark.parametrize("D", [64, 80])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_simd_tiles_agree_with_the_scalar_twin(fmt, D):
+    """Each SIMD tile (AVX2, AVX-512 where the CPU has them) against the
+    scalar twin on one cache: the same folding of the per-key scales, so the
+    outputs differ only by float32 summation order (and each also passes the
+    oracle above). D 80 takes the tiles' zero-padded last chunk."""
+    from tests.conftest import available_isas, forced_isa
+    rng = np.random.default_rng(D + 7)
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 9, 2], k_lens=[70, 45, 130], H=8, Hkv=2, D=D,
+                                           bs=16)
+    outs = {}
+    for name in available_isas():
+        with forced_isa(name):
+            outs[name] = np.asarray(cache.attention(0, q, cu_seqlens_q=cu, seqused_k=sk, block_table=bt))
+    ref = outs.pop("scalar")
+    assert outs, "no SIMD ISA on this CPU"
+    for name, out in outs.items():
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max(), err_msg=name)
