@@ -34,9 +34,10 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
                             *, layout=None, k_scale_cache=None, v_scale_cache=None) -> None:
     """vLLM's store on CUDA tensors; same contract as vtinfer.reshape_and_cache_flash
     (the per-token-head formats are refused: no CUDA kernel yet)."""
+    scales = {} if k_scale_cache is None and v_scale_cache is None else {
+        "k_scale_cache": k_scale_cache, "v_scale_cache": v_scale_cache}
     _cuda().reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-                                    k_scale, v_scale, layout=layout, k_scale_cache=k_scale_cache,
-                                    v_scale_cache=v_scale_cache)
+                                    k_scale, v_scale, layout=layout, **scales)
 
 
 def flash_attn_varlen_func(q, k, v, *, cu_seqlens_q, seqused_k, block_table, max_seqlen_q=None, max_seqlen_k=None,

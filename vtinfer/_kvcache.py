@@ -327,9 +327,10 @@ def reshape_and_cache_flash(
     CUDA arm (``vtinfer._cuda``), with the same checks and bytes.
     """
     if _cuda_ops.is_cuda(key):
+        scales = {} if k_scale_cache is None and v_scale_cache is None else {
+            "k_scale_cache": k_scale_cache, "v_scale_cache": v_scale_cache}
         _cuda_ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-                                          k_scale, v_scale, layout=layout, k_scale_cache=k_scale_cache,
-                                          v_scale_cache=v_scale_cache)
+                                          k_scale, v_scale, layout=layout, **scales)
         return
     _C.reshape_and_cache_flash(
         key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
