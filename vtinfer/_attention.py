@@ -204,6 +204,8 @@ def _dtype_name(x: Any) -> str:
 
 def _fp8_query_format(q: Any, q_dtype: str | None, kv_cache_dtype: str, fn: str) -> str | None:
     """'e4m3'/'e5m2' for an fp8 query (float8 dtype, or uint8 codes), else None."""
+    if q_dtype is None and getattr(getattr(q, "dtype", None), "itemsize", 1) > 1:
+        return None  # the common case, decided without formatting the dtype's name
     name = _dtype_name(q)
     implied = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}.get(name)
     if q_dtype is not None and q_dtype not in _FP8_Q_NAMES:

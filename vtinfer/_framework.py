@@ -89,7 +89,10 @@ def follows(primary: str, *, fp8_fmt: str | None = None, dtype: str | None = Non
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            torch = torch_of(args[pos] if len(args) > pos else kwargs.get(primary))
+            x = args[pos] if len(args) > pos else kwargs.get(primary)
+            if type(x) is np.ndarray:  # the common case, without a module lookup
+                return fn(*args, **kwargs)
+            torch = torch_of(x)
             if torch is None:
                 return fn(*args, **kwargs)
             if dtype is not None:

@@ -257,32 +257,35 @@ static void item_at(const vt_attn_params *p, const plan *pl, int64_t idx, vt_att
     it->ke = ke;
 }
 
-static void store_row(const vt_attn_params *p, int64_t tok, int h, const float *x, float mul) {
+/* Write row x * mul (x is scratch: scaled in place) to out in q's dtype through
+ * the active ISA's row converter (the codec's rounding: RNE, NaN kept quiet). */
+static void store_row(const vt_attn_params *p, int64_t tok, int h, float *x, float mul) {
     uint8_t *dst = (uint8_t *)p->out + tok * p->out_stride_tok + (int64_t)h * p->out_stride_head;
     int D = p->head_size;
-    if (p->q_dtype == VT_DTYPE_F32) {
-        float *o = (float *)dst;
-        for (int d = 0; d < D; d++) o[d] = x[d] * mul;
-    } else if (p->q_dtype == VT_DTYPE_F16) {
-        uint16_t *o = (uint16_t *)dst;
-        for (int d = 0; d < D; d++) o[d] = vt_f16_from_f32(x[d] * mul);
-    } else {
-        uint16_t *o = (uint16_t *)dst;
-        for (int d = 0; d < D; d++) o[d] = vt_bf16_from_f32(x[d] * mul);
-    }
+    for (int d = 0; d < D; d++) x[d] *= mul;
+    vt_kernels_active()->codec->convert[VT_DTYPE_F32][vt_float_index(p->q_dtype)](x, dst, (size_t)D);
 }
 
-/* 1 when q's row (token tok, head h) holds a NaN. */
+/* 1 when q's row (token tok, head h) holds a NaN: a magnitude above the
+ * infinity pattern of q's dtype (bit test, so the loop vectorizes). */
 static int q_row_has_nan(const vt_attn_params *p, int64_t tok, int h) {
     const uint8_t *src = (const uint8_t *)p->q + tok * p->q_stride_tok + (int64_t)h * p->q_stride_head;
-    for (int d = 0; d < p->head_size; d++) {
-        float x;
-        uint16_t u;
-        if (p->q_dtype == VT_DTYPE_F32) memcpy(&x, src + 4 * d, 4);
-        else memcpy(&u, src + 2 * d, 2), x = p->q_dtype == VT_DTYPE_F16 ? vt_f16_to_f32(u) : vt_bf16_to_f32(u);
-        if (x != x) return 1;
+    int D = p->head_size, any = 0;
+    if (p->q_dtype == VT_DTYPE_F32) {
+        for (int d = 0; d < D; d++) {
+            uint32_t u;
+            memcpy(&u, src + 4 * d, 4);
+            any |= (u & 0x7FFFFFFFu) > 0x7F800000u;
+        }
+    } else {
+        uint16_t inf = p->q_dtype == VT_DTYPE_F16 ? 0x7C00u : 0x7F80u;
+        for (int d = 0; d < D; d++) {
+            uint16_t u;
+            memcpy(&u, src + 2 * d, 2);
+            any |= (u & 0x7FFFu) > inf;
+        }
     }
-    return 0;
+    return any;
 }
 
 /* Merge the ns partials of a tile (ns == 1: just one), add the sink,

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -34,14 +35,15 @@ def _run(q, k, v, bt, k_len, kv_cache_dtype="auto", **kw):
         block_table=bt, return_lse=True, kv_cache_dtype=kv_cache_dtype, num_threads=1, **kw)
 
 
+@pytest.mark.parametrize("q_dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("nan_at", ["first", "last", "all"])
 @pytest.mark.parametrize("G", [1, 4])
-def test_nan_in_q_gives_nan_for_that_row(isa, G, nan_at):
+def test_nan_in_q_gives_nan_for_that_row(isa, G, nan_at, q_dtype):
     rng = np.random.default_rng(7)
     H_kv, D, bs, k_len, T = 2, 64, 16, 70, 3
     H = H_kv * G
     k, v, bt = _paged(k_len, H_kv, D, bs, rng)
-    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    q = rng.standard_normal((T, H, D)).astype(getattr(ml_dtypes, q_dtype, None) or np.dtype(q_dtype))
     out_ok, lse_ok = _run(q, k, v, bt, k_len)
     assert np.isfinite(out_ok).all() and np.isfinite(lse_ok).all()
     bad = q.copy()
