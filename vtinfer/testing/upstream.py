@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
+import linecache
 import os
 import re
 import subprocess
@@ -43,6 +44,7 @@ F_TORCH_UTILS = "vllm/utils/torch_utils.py"
 F_CONFIG = "vllm/transformers_utils/config.py"
 F_WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"
 F_CACHE = "vllm/config/cache.py"
+F_TRITON_STORE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
 F_KV_CACHE = "vllm/model_executor/layers/quantization/kv_cache.py"
 
 
@@ -194,6 +196,27 @@ def extract(source_text: str, names: list[str], namespace: dict[str, Any] | None
             ns[q] = ns.pop(q.split(".")[-1])
     return ns
 
+
+
+def triton_kernel(src: Source, relpath: str, name: str) -> Any:
+    """The ``@triton.jit`` kernel ``name`` of ``relpath``, compiled as written
+    (decorator and ``tl.constexpr`` / ``tl.int64`` annotations kept) against
+    the installed triton, in a namespace holding only ``tl`` and ``triton``.
+
+    The file's text is registered with :mod:`linecache` under a synthetic
+    name so that triton's ``inspect.getsource`` finds the kernel's lines.
+    Set ``TRITON_INTERPRET=1`` before importing triton to run it on CPU
+    tensors. Raises ImportError when triton is missing."""
+    import triton
+    import triton.language as tl
+
+    text = src.read(relpath)
+    fname = f"<vllm {src.version or 'tree'} {relpath}>"
+    linecache.cache[fname] = (len(text), None, text.splitlines(True), fname)
+    node = find_node(ast.parse(text), name)
+    ns: dict[str, Any] = {"__name__": "vtinfer_upstream_triton", "tl": tl, "triton": triton}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), fname, "exec"), ns)
+    return ns[name]
 
 def cache_dtype_literal(src: Source) -> list[str]:
     """The values of ``CacheDType`` (vLLM's accepted --kv-cache-dtype)."""
