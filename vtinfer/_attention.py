@@ -167,6 +167,7 @@ def flash_attn_varlen_func(
             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
             window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale,
             v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
+            num_threads=num_threads, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
         )
     return _C.flash_attn_varlen_func(
         q,

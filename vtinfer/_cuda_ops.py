@@ -1,13 +1,12 @@
 """The CUDA arm's Python side: defaults of vLLM's signatures, then vtinfer._cuda.
 
 Arrays are CUDA tensors through DLPack (torch CUDA tensors); nothing here
-imports torch. ``out`` and ``lse`` are allocated with the tensor's own
-``new_empty`` when not given.
+imports torch. vtinfer._cuda allocates ``out`` (when not given) and ``lse``
+after its checks through ``_new_zeros`` (the tensor's own ``new_zeros``).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 
@@ -43,33 +42,31 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
 def flash_attn_varlen_func(q, k, v, *, cu_seqlens_q, seqused_k, block_table, max_seqlen_q=None, max_seqlen_k=None,
                            softmax_scale=None, causal=True, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            s_aux=None, k_descale=None, v_descale=None, kv_cache_dtype="auto", out=None,
-                           return_lse=False, validate=True):
+                           return_lse=False, num_threads=None, k_scale_cache=None, v_scale_cache=None, validate=True):
     """Paged attention on CUDA tensors; same contract as vtinfer.flash_attn_varlen_func.
 
-    ``max_seqlen_q`` / ``max_seqlen_k`` size the grid (as FlashAttention);
-    when omitted they are read from the index arrays (a device-to-host
-    copy). ``validate=False`` skips the host-side checks of the index
-    arrays (vLLM's behaviour; the benchmark's kernel timing).
+    Every argument is checked as on the CPU (one argument layer, the same
+    exceptions and messages). ``max_seqlen_q`` / ``max_seqlen_k`` size the
+    grid (as FlashAttention); when omitted they are read from the index
+    arrays (a device-to-host copy). ``validate=False`` skips the host-side
+    checks of the index arrays' values (vLLM's behaviour; the benchmark's
+    kernel timing). ``num_threads`` is unused.
     """
-    if max_seqlen_q is None:
-        cq = cu_seqlens_q.tolist()
-        max_seqlen_q = max((b - a for a, b in zip(cq, cq[1:])), default=0)
-    if max_seqlen_k is None:
-        max_seqlen_k = max(seqused_k.tolist(), default=0)
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
-    if out is None:
-        out = q.new_empty(q.shape)
-    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_f32_of(q)) if return_lse else None
-    _cuda().flash_attn_varlen_func(q, k, v, cu_seqlens_q, seqused_k, block_table, out, lse, int(max_seqlen_q),
-                                   int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]),
-                                   int(window_size[1]), float(softcap), alibi_slopes, s_aux, k_descale, v_descale,
-                                   kv_cache_dtype, bool(validate))
-    return (out, lse) if return_lse else out
+    return _cuda().flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale, v_descale=v_descale,
+        kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse, num_threads=num_threads,
+        k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, validate=validate)
 
 
-def _f32_of(t):
+def _new_zeros(like, shape, float32: bool):
+    """Zeros on ``like``'s device made by its own library (``new_zeros``):
+    the CUDA arm's ``out`` (like's dtype) and ``lse`` (float32), allocated
+    after every argument check."""
+    if not float32:
+        return like.new_zeros(shape)
     import sys
 
     torch = sys.modules.get("torch")  # the tensor's own library, already imported by the caller
-    return torch.float32 if torch is not None else "float32"
+    return like.new_zeros(shape, dtype=torch.float32 if torch is not None else "float32")

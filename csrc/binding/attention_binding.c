@@ -4,53 +4,29 @@
  *       max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=True,
  *       window_size=(-1, -1), softcap=0.0, alibi_slopes=None, s_aux=None,
  *       k_descale=None, v_descale=None, kv_cache_dtype="auto", out=None,
- *       return_lse=False, num_threads=None) -> out | (out, lse)
+ *       return_lse=False, num_threads=None, k_scale_cache=None,
+ *       v_scale_cache=None) -> out | (out, lse)
  *
- * Arguments are checked in the fixed order type, rank, shape, dtype,
- * contiguity, device; the core then judges the index arrays' contents
- * (vt_attn_scratch_size) before anything is written. The GIL is released
- * around the kernel after every input is pinned.
- *
- * The signature is VT_ATTN_ARGS (vt_signature.h); the call's state is one
- * named struct (attn_call) that each step below fills in turn. */
+ * Every argument rule lives in the shared argument layer
+ * (common/attn_args.c, also vtinfer._cuda's); this file adds the CPU front
+ * door (NumPy or DLPack; a non-contiguous NumPy index array or q is
+ * copied), the NumPy outputs, the threads, and the core's judgement of the
+ * index arrays' contents (vt_attn_scratch_size) before anything is
+ * written. The GIL is released around the kernel after every input is
+ * pinned. The signature is VT_ATTN_ARGS (vt_signature.h). */
+#include "vt_attn_args.h"
 #include "vt_binding.h"
-#include "vt_signature.h"
 
-#include <math.h>
 #include <string.h>
-
-#include "vtinfer/attention.h"
 
 static const char FN[] = "flash_attn_varlen_func";
 
-static int inner_contiguous(const vt_tensor *t, const char *name) {
-    for (int i = 0; i < t->ndim; i++)
-        if (t->shape[i] == 0) return 0; /* no element: any stride is fine (NumPy/DLPack may report 0) */
-    if (t->shape[t->ndim - 1] > 1 && t->strides[t->ndim - 1] != (int64_t)t->itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have a contiguous last (head_size) dimension; got a stride of "
-                     "%lld bytes", FN, name, (long long)t->strides[t->ndim - 1]);
-        return -1;
-    }
-    return 0;
+static int cpu_pin(void *ctx, PyObject *obj, const char *fn, const char *arg, int flags, vt_tensor *t) {
+    return vt_tensor_from_object((vt_module_state *)ctx, obj, fn, arg, flags, t);
 }
 
-/* Descale [] / [1] / [H_kv] / [B, H_kv] -> element strides (b, h). */
-static int descale_strides(const vt_tensor *t, const char *name, int64_t B, int64_t hkv, int64_t *sb, int64_t *sh) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    if (t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1)) {
-        *sb = 0, *sh = 0;
-    } else if (t->ndim == 1 && t->shape[0] == hkv) {
-        *sb = 0, *sh = 1;
-    } else if (t->ndim == 2 && t->shape[0] == B && t->shape[1] == hkv) {
-        *sb = hkv, *sh = 1;
-    } else {
-        char want[96];
-        snprintf(want, sizeof want, "[], [%lld] or [%lld, %lld]", (long long)hkv, (long long)B, (long long)hkv);
-        return vt_shape_error(FN, name, want, t);
-    }
-    (void)n;
-    return 0;
+static int cpu_contig(void *ctx, vt_tensor *t, const char *fn, const char *arg) {
+    return vt_tensor_contiguous_input((vt_module_state *)ctx, t, fn, arg);
 }
 
 static PyObject *new_zeros(vt_module_state *st, int nd, const int64_t *shape, vt_elem e) {
@@ -66,298 +42,10 @@ static PyObject *new_zeros(vt_module_state *st, int nd, const int64_t *shape, vt
     return PyArray_Zeros(nd, dims, d, 0);
 }
 
-static int parse_window(PyObject *obj, int *left, int *right) {
-    if (obj == NULL || obj == Py_None) {
-        *left = *right = -1;
-        return 0;
-    }
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (!seq || PySequence_Fast_GET_SIZE(seq) != 2) {
-        Py_XDECREF(seq);
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: window_size must be a pair (left, right) of ints; got %R", FN, obj);
-        return -1;
-    }
-    long v[2];
-    for (int i = 0; i < 2; i++) {
-        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
-        if (PyBool_Check(x) || !PyLong_Check(x)) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_TypeError, "%s: window_size must be a pair (left, right) of ints; got %R", FN, obj);
-            return -1;
-        }
-        v[i] = PyLong_AsLong(x);
-        if (v[i] == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (v[i] < -1 || v[i] > INT32_MAX) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "%s: window_size must hold values >= -1; got %R", FN, obj);
-            return -1;
-        }
-    }
-    Py_DECREF(seq);
-    *left = (int)v[0];
-    *right = (int)v[1];
-    return 0;
-}
-
-static int parse_float(PyObject *obj, const char *name, double dflt, double *out) {
-    if (obj == NULL || obj == Py_None) {
-        *out = dflt;
-        return 0;
-    }
-    if (PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number; got bool", FN, name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(obj);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a real number; got %s", FN, name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_opt_int(PyObject *obj, const char *name, long long *out) {
-    *out = -1;
-    if (obj == NULL || obj == Py_None) return 0;
-    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must be an int or None; got %s", FN, name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(obj);
-    if (*out == -1 && PyErr_Occurred()) return -1;
-    if (*out < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be >= 0; got %lld", FN, name, *out);
-        return -1;
-    }
-    return 0;
-}
-
-/* One call's state: the Python arguments by name, the pinned tensors, the
- * parsed scalars. A tensor that was not given has owner == NULL. */
-typedef struct attn_call {
-    vt_attn_pyargs a;
-    vt_tensor q, k, v, cu_seqlens_q, seqused_k, block_table, alibi_slopes, s_aux, k_descale, v_descale, out, lse;
-    vt_tensor k_scale_cache, v_scale_cache; /* per-token-head caches: float32 [num_blocks, block_size, H_kv] */
-    double softmax_scale, softcap;
-    int causal, return_lse, window_left, window_right, num_threads, kv_flag, kv_dtype;
-    long long max_seqlen_q, max_seqlen_k;
-    const char *kv_name; /* kv_cache_dtype as given (borrowed from the argument) */
-    PyObject *out_obj, *lse_obj;
-} attn_call;
-
-static void call_release(attn_call *c) {
-    vt_tensor *all[] = {&c->q, &c->k, &c->v, &c->cu_seqlens_q, &c->seqused_k, &c->block_table, &c->alibi_slopes,
-                        &c->s_aux, &c->k_descale, &c->v_descale, &c->out, &c->lse, &c->k_scale_cache,
-                        &c->v_scale_cache};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) vt_tensor_release(all[i]);
-    Py_CLEAR(c->out_obj);
-    Py_CLEAR(c->lse_obj);
-}
-
-/* Pin an optional input (None -> absent, owner stays NULL). */
-static int pin(vt_module_state *st, PyObject *obj, const char *name, unsigned mask, int ndim, int flags,
-               vt_tensor *t) {
-    if (obj == NULL || obj == Py_None) return 0;
-    if (vt_tensor_from_object(st, obj, FN, name, flags, t) < 0) return -1;
-    return vt_tensor_check(t, FN, name, mask, ndim, VT_MEMORY_CPU);
-}
-
-/* Scalars first: nothing is pinned yet. */
-static int parse_scalars(attn_call *c) {
-    const vt_attn_pyargs *a = &c->a;
-    c->causal = a->causal ? PyObject_IsTrue(a->causal) : 1;
-    c->return_lse = a->return_lse ? PyObject_IsTrue(a->return_lse) : 0;
-    if (c->causal < 0 || c->return_lse < 0) return -1;
-    if (parse_opt_int(a->max_seqlen_q, "max_seqlen_q", &c->max_seqlen_q) < 0 ||
-        parse_opt_int(a->max_seqlen_k, "max_seqlen_k", &c->max_seqlen_k) < 0 ||
-        parse_float(a->softmax_scale, "softmax_scale", NAN, &c->softmax_scale) < 0 ||
-        parse_window(a->window_size, &c->window_left, &c->window_right) < 0 ||
-        parse_float(a->softcap, "softcap", 0.0, &c->softcap) < 0)
-        return -1;
-    if ((c->num_threads = vt_num_threads_arg(a->num_threads, FN)) < 0) return -1;
-    const char *kvd = "auto";
-    if (a->kv_cache_dtype && !(kvd = PyUnicode_Check(a->kv_cache_dtype) ? PyUnicode_AsUTF8(a->kv_cache_dtype) : NULL)) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be a str; got %s", FN,
-                         Py_TYPE(a->kv_cache_dtype)->tp_name);
-        return -1;
-    }
-    c->kv_name = kvd;
-    vt_error e;
-    if (vt_dtype_from_name(kvd, "kv_cache_dtype", &c->kv_flag, &e) != VT_OK) {
-        PyErr_Format(PyExc_ValueError, "%s: %s", FN, e.message);
-        return -1;
-    }
-    return 0;
-}
-
-static int pin_inputs(vt_module_state *st, attn_call *c) {
-    const vt_attn_pyargs *a = &c->a;
-    const unsigned F32 = VT_ELEM_BIT(VT_ELEM_F32), I32 = VT_ELEM_BIT(VT_ELEM_I32);
-    const unsigned KV = VT_ELEMS_FLOAT | VT_ELEMS_CODES | VT_ELEM_BIT(VT_ELEM_I8);
-    return pin(st, a->q, "q", VT_ELEMS_FLOAT, 3, 0, &c->q) < 0 ||
-                   pin(st, a->k, "k", KV, 4, VT_TENSOR_NO_CONVERT, &c->k) < 0 ||
-                   pin(st, a->v, "v", KV, 4, VT_TENSOR_NO_CONVERT, &c->v) < 0 ||
-                   pin(st, a->cu_seqlens_q, "cu_seqlens_q", I32, 1, 0, &c->cu_seqlens_q) < 0 ||
-                   pin(st, a->seqused_k, "seqused_k", I32, 1, 0, &c->seqused_k) < 0 ||
-                   pin(st, a->block_table, "block_table", I32, 2, 0, &c->block_table) < 0 ||
-                   pin(st, a->alibi_slopes, "alibi_slopes", F32, 1, 0, &c->alibi_slopes) < 0 ||
-                   pin(st, a->s_aux, "s_aux", F32, 1, 0, &c->s_aux) < 0 ||
-                   pin(st, a->k_descale, "k_descale", F32, -1, 0, &c->k_descale) < 0 ||
-                   pin(st, a->v_descale, "v_descale", F32, -1, 0, &c->v_descale) < 0 ||
-                   pin(st, a->k_scale_cache, "k_scale_cache", F32, 3, VT_TENSOR_NO_CONVERT, &c->k_scale_cache) < 0 ||
-                   pin(st, a->v_scale_cache, "v_scale_cache", F32, 3, VT_TENSOR_NO_CONVERT, &c->v_scale_cache) < 0
-               ? -1
-               : 0;
-}
-
-static int check_shapes(attn_call *c, int64_t *ksb, int64_t *ksh, int64_t *vsb, int64_t *vsh) {
-    const vt_tensor *q = &c->q, *k = &c->k, *v = &c->v;
-    const int64_t H = q->shape[1], D = q->shape[2], HKV = k->shape[2], B = c->cu_seqlens_q.shape[0] - 1;
-    char want[128];
-    for (int i = 0; i < 4; i++)
-        if (v->shape[i] != k->shape[i]) {
-            snprintf(want, sizeof want, "[%lld, %lld, %lld, %lld] (k's)", (long long)k->shape[0],
-                     (long long)k->shape[1], (long long)HKV, (long long)k->shape[3]);
-            return vt_shape_error(FN, "v", want, v);
-        }
-    const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
-    if (k->shape[3] != D && !(pth && k->shape[3] == D + 4)) { /* D + 4: vLLM's padded per-token-head views */
-        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size)", (long long)D,
-                 pth ? " or D + 4" : "");
-        return vt_shape_error(FN, "k", want, k);
-    }
-    if (HKV < 1 || H % HKV) {
-        PyErr_Format(PyExc_ValueError, "%s: q must have a head count divisible by k's num_kv_heads; got %lld and %lld",
-                     FN, (long long)H, (long long)HKV);
-        return -1;
-    }
-    if (B < 0) return vt_shape_error(FN, "cu_seqlens_q", "[batch + 1]", &c->cu_seqlens_q);
-    snprintf(want, sizeof want, "[%lld] (batch)", (long long)B);
-    if (c->seqused_k.shape[0] != B) return vt_shape_error(FN, "seqused_k", want, &c->seqused_k);
-    snprintf(want, sizeof want, "[%lld, max_blocks]", (long long)B);
-    if (c->block_table.shape[0] != B) return vt_shape_error(FN, "block_table", want, &c->block_table);
-    snprintf(want, sizeof want, "[%lld] (num_heads)", (long long)H);
-    if (c->alibi_slopes.owner && c->alibi_slopes.shape[0] != H)
-        return vt_shape_error(FN, "alibi_slopes", want, &c->alibi_slopes);
-    if (c->s_aux.owner && c->s_aux.shape[0] != H) return vt_shape_error(FN, "s_aux", want, &c->s_aux);
-    if ((c->k_descale.owner && descale_strides(&c->k_descale, "k_descale", B, HKV, ksb, ksh) < 0) ||
-        (c->v_descale.owner && descale_strides(&c->v_descale, "v_descale", B, HKV, vsb, vsh) < 0))
-        return -1;
-    const vt_tensor *sc[2] = {&c->k_scale_cache, &c->v_scale_cache};
-    static const char *const scn[2] = {"k_scale_cache", "v_scale_cache"};
-    for (int i = 0; i < 2; i++)
-        if (sc[i]->owner && (sc[i]->shape[0] != k->shape[0] || sc[i]->shape[1] != k->shape[1] ||
-                             sc[i]->shape[2] != HKV)) {
-            snprintf(want, sizeof want, "[%lld, %lld, %lld] (k's num_blocks, block_size, num_kv_heads)",
-                     (long long)k->shape[0], (long long)k->shape[1], (long long)HKV);
-            return vt_shape_error(FN, scn[i], want, sc[i]);
-        }
-    if (H > INT32_MAX || D > INT32_MAX || B > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: q and cu_seqlens_q must have sizes below 2^31", FN);
-        return -1;
-    }
-    return 0;
-}
-
-/* The cache's dtype and kv_cache_dtype must agree: sets c->kv_dtype. */
-static int resolve_kv_dtype(attn_call *c) {
-    const vt_tensor *k = &c->k, *v = &c->v;
-    const int flag = c->kv_flag;
-    const char *kvd = c->kv_name;
-    if (k->elem != v->elem) {
-        PyErr_Format(PyExc_TypeError, "%s: v must have k's dtype %s; got %s", FN, k->dtype_name, v->dtype_name);
-        return -1;
-    }
-    const int pth = flag >= 0 && vt_dtype_per_token_head(flag);
-    if (pth) { /* per-token-head: codes of the table's element, scales from the scale caches */
-        const vt_dtype_info *di = vt_dtype_get(flag);
-        int ok = di->is_int ? k->elem == VT_ELEM_I8 : (k->elem == VT_ELEM_U8 || k->elem == VT_ELEM_E4M3);
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "%s: k must hold %s codes for kv_cache_dtype '%s'; got %s", FN,
-                         di->is_int ? "int8" : "uint8 or float8_e4m3fn", kvd, k->dtype_name);
-            return -1;
-        }
-        if (!c->k_scale_cache.owner || !c->v_scale_cache.owner) {
-            PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be given for kv_cache_dtype "
-                         "'%s' (float32 [num_blocks, block_size, num_kv_heads]); got None", FN, kvd);
-            return -1;
-        }
-        c->kv_dtype = flag;
-        return 0;
-    }
-    if (c->k_scale_cache.owner || c->v_scale_cache.owner) {
-        PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be None unless kv_cache_dtype is a "
-                     "per-token-head format; got kv_cache_dtype '%s'", FN, kvd);
-        return -1;
-    }
-    if (k->elem == VT_ELEM_I8) {
-        PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'int8_per_token_head' for a cache of int8 codes; "
-                     "got '%s'", FN, kvd);
-        return -1;
-    }
-    if (k->elem == VT_ELEM_U8 || k->elem == VT_ELEM_E4M3 || k->elem == VT_ELEM_E5M2) {
-        if (flag < 0 || !vt_dtype_get(flag)->is_fp8) {
-            PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'fp8', 'fp8_e4m3' or 'fp8_e5m2' for a cache of "
-                         "%s codes (another value would read the codes as numbers); got '%s'", FN, k->dtype_name, kvd);
-            return -1;
-        }
-        if ((k->elem == VT_ELEM_E4M3 && flag != VT_DTYPE_FP8_E4M3) ||
-            (k->elem == VT_ELEM_E5M2 && flag != VT_DTYPE_FP8_E5M2)) {
-            PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must match k's dtype %s; got '%s'", FN, k->dtype_name, kvd);
-            return -1;
-        }
-        c->kv_dtype = flag;
-        return 0;
-    }
-    if (flag >= 0 && flag != (int)k->elem) {
-        PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be 'auto' or k's dtype for a %s cache; got '%s' "
-                     "(an fp8 cache holds uint8 or float8 codes)", FN, k->dtype_name, kvd);
-        return -1;
-    }
-    c->kv_dtype = (int)k->elem;
-    return 0;
-}
-
-static int check_contiguity(vt_module_state *st, attn_call *c) {
-    if (vt_tensor_contiguous_input(st, &c->q, FN, "q") < 0 || inner_contiguous(&c->k, "k") < 0 ||
-        inner_contiguous(&c->v, "v") < 0)
-        return -1;
-    struct { vt_tensor *t; const char *name; } small[] = {
-        {&c->cu_seqlens_q, "cu_seqlens_q"}, {&c->seqused_k, "seqused_k"}, {&c->block_table, "block_table"},
-        {&c->alibi_slopes, "alibi_slopes"}, {&c->s_aux, "s_aux"}, {&c->k_descale, "k_descale"},
-        {&c->v_descale, "v_descale"}};
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
-        if (small[i].t->owner && vt_tensor_contiguous_input(st, small[i].t, FN, small[i].name) < 0) return -1;
-    return 0;
-}
-
-/* out (given: checked, never sharing an element with q, k or v; else
- * zeros) and lse when asked for. */
-static int prepare_outputs(vt_module_state *st, attn_call *c) {
+/* out when not given (zeros of q's shape and dtype) and lse when asked for. */
+static int new_outputs(vt_module_state *st, vt_attn_call *c) {
     const vt_tensor *q = &c->q;
-    PyObject *given = c->a.out;
-    if (given && given != Py_None) {
-        if (pin(st, given, "out", VT_ELEM_BIT(q->elem), 3, VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT, &c->out) < 0)
-            return -1;
-        if (c->out.shape[0] != q->shape[0] || c->out.shape[1] != q->shape[1] || c->out.shape[2] != q->shape[2]) {
-            char want[96];
-            snprintf(want, sizeof want, "[%lld, %lld, %lld] (q's)", (long long)q->shape[0], (long long)q->shape[1],
-                     (long long)q->shape[2]);
-            return vt_shape_error(FN, "out", want, &c->out);
-        }
-        if (inner_contiguous(&c->out, "out") < 0 || vt_refuse_self_alias(FN, &c->out, "out") < 0 ||
-            vt_refuse_shared(FN, q, "q", &c->out, "out") < 0 ||
-            vt_refuse_shared(FN, &c->k, "k", &c->out, "out") < 0 || vt_refuse_shared(FN, &c->v, "v", &c->out, "out") < 0)
-            return -1;
-        c->out_obj = Py_NewRef(given);
-    } else {
+    if (!c->out_obj) {
         c->out_obj = new_zeros(st, 3, q->shape, q->elem);
         if (!c->out_obj || vt_tensor_from_object(st, c->out_obj, FN, "out", VT_TENSOR_WRITABLE, &c->out) < 0)
             return -1;
@@ -371,82 +59,14 @@ static int prepare_outputs(vt_module_state *st, attn_call *c) {
     return 0;
 }
 
-static void fill_params(const attn_call *c, vt_attn_params *p) {
-    const vt_tensor *q = &c->q, *k = &c->k, *v = &c->v;
-    memset(p, 0, sizeof *p);
-    p->q = q->data;
-    p->q_dtype = (vt_dtype)q->elem;
-    p->total_q = q->shape[0];
-    p->q_stride_tok = q->strides[0], p->q_stride_head = q->strides[1];
-    p->k = k->data;
-    p->v = v->data;
-    p->kv_dtype = (vt_dtype)c->kv_dtype;
-    p->num_blocks = k->shape[0];
-    p->block_size = k->shape[1];
-    p->k_stride_block = k->strides[0], p->k_stride_tok = k->strides[1], p->k_stride_head = k->strides[2];
-    p->v_stride_block = v->strides[0], p->v_stride_tok = v->strides[1], p->v_stride_head = v->strides[2];
-    p->num_heads = (int)q->shape[1];
-    p->num_kv_heads = (int)k->shape[2];
-    p->head_size = (int)q->shape[2];
-    p->batch = (int)(c->cu_seqlens_q.shape[0] - 1);
-    p->cu_seqlens_q = c->cu_seqlens_q.data;
-    p->seqused_k = c->seqused_k.data;
-    p->block_table = c->block_table.data;
-    p->max_blocks = p->bt_stride = c->block_table.shape[1];
-    p->softmax_scale = (float)(c->a.softmax_scale && c->a.softmax_scale != Py_None ? c->softmax_scale
-                                                                              : 1.0 / sqrt((double)q->shape[2]));
-    p->causal = c->causal;
-    p->window_left = c->window_left, p->window_right = c->window_right;
-    p->softcap = (float)c->softcap;
-    p->alibi_slopes = c->alibi_slopes.owner ? c->alibi_slopes.data : NULL;
-    p->s_aux = c->s_aux.owner ? c->s_aux.data : NULL;
-    p->k_descale = c->k_descale.owner ? c->k_descale.data : NULL;
-    p->v_descale = c->v_descale.owner ? c->v_descale.data : NULL;
-    if (c->k_scale_cache.owner) {
-        const vt_tensor *ks = &c->k_scale_cache, *vs = &c->v_scale_cache;
-        p->k_scale_cache = ks->data;
-        p->v_scale_cache = vs->data;
-        p->ks_stride_block = ks->strides[0], p->ks_stride_tok = ks->strides[1], p->ks_stride_head = ks->strides[2];
-        p->vs_stride_block = vs->strides[0], p->vs_stride_tok = vs->strides[1], p->vs_stride_head = vs->strides[2];
-    }
-    p->out = c->out.data;
-    p->out_stride_tok = c->out.strides[0], p->out_stride_head = c->out.strides[1];
-    if (c->return_lse) {
-        p->lse = c->lse.data;
-        p->lse_stride_head = q->shape[0];
-        p->lse_stride_tok = 1;
-    }
-}
-
-/* max_seqlen_*: FlashAttention sizes its grid from them; a value below the
- * real maximum would be a caller's bug, so it is refused. */
-static int check_max_seqlen(const attn_call *c, const vt_attn_params *p) {
-    long long mq = 0, mk = 0;
-    for (int b = 0; b < p->batch; b++) {
-        if (p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b] > mq) mq = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
-        if (p->seqused_k[b] > mk) mk = p->seqused_k[b];
-    }
-    if (c->max_seqlen_q >= 0 && c->max_seqlen_q < mq) {
-        PyErr_Format(PyExc_ValueError, "%s: max_seqlen_q must be >= the longest query run %lld; got %lld", FN, mq,
-                     c->max_seqlen_q);
-        return -1;
-    }
-    if (c->max_seqlen_k >= 0 && c->max_seqlen_k < mk) {
-        PyErr_Format(PyExc_ValueError, "%s: max_seqlen_k must be >= the largest seqused_k %lld; got %lld", FN, mk,
-                     c->max_seqlen_k);
-        return -1;
-    }
-    return 0;
-}
-
-static int run_kernel(vt_module_state *st, const attn_call *c, const vt_attn_params *p) {
+static int run_kernel(vt_module_state *st, const vt_attn_call *c, const vt_attn_params *p, int num_threads) {
     vt_error err;
     size_t bytes;
-    if (vt_attn_scratch_size(p, c->num_threads, &bytes, &err) != VT_OK) {
+    if (vt_attn_scratch_size(p, num_threads, &bytes, &err) != VT_OK) {
         vt_raise(st, &err);
         return -1;
     }
-    if (check_max_seqlen(c, p) < 0) return -1;
+    if (vt_attn_check_max_seqlen(c, p, NULL, NULL) < 0) return -1;
     void *scratch = PyMem_RawMalloc(bytes ? bytes : 1);
     if (!scratch) {
         PyErr_Format(PyExc_MemoryError, "%s: scratch of %zu bytes could not be allocated", FN, bytes);
@@ -454,7 +74,7 @@ static int run_kernel(vt_module_state *st, const attn_call *c, const vt_attn_par
     }
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = vt_attn_varlen(p, scratch, bytes, c->num_threads, &err);
+    s = vt_attn_varlen(p, scratch, bytes, num_threads, &err);
     Py_END_ALLOW_THREADS
     PyMem_RawFree(scratch);
     if (s != VT_OK) {
@@ -466,22 +86,23 @@ static int run_kernel(vt_module_state *st, const attn_call *c, const vt_attn_par
 
 static PyObject *py_flash_attn(PyObject *m, PyObject *args, PyObject *kw) {
     vt_module_state *st = vt_state(m);
-    attn_call c;
+    vt_attn_call c;
     memset(&c, 0, sizeof c);
-    if (vt_attn_pyargs_parse(args, kw, &c.a) < 0 || parse_scalars(&c) < 0) return NULL;
+    c.mem = VT_MEMORY_CPU, c.pin = cpu_pin, c.contig = cpu_contig, c.ctx = st;
+    int nth;
+    if (vt_attn_pyargs_parse(args, kw, 0, &c.a) < 0 || vt_attn_parse_scalars(&c) < 0 ||
+        (nth = vt_num_threads_arg(c.a.num_threads, FN)) < 0)
+        return NULL;
     PyObject *result = NULL;
-    int64_t ksb = 0, ksh = 0, vsb = 0, vsh = 0;
-    if (pin_inputs(st, &c) < 0 || check_shapes(&c, &ksb, &ksh, &vsb, &vsh) < 0 || resolve_kv_dtype(&c) < 0 ||
-        check_contiguity(st, &c) < 0 || prepare_outputs(st, &c) < 0)
-        goto done;
     vt_attn_params p;
-    fill_params(&c, &p);
-    p.k_descale_stride_b = ksb, p.k_descale_stride_h = ksh;
-    p.v_descale_stride_b = vsb, p.v_descale_stride_h = vsh;
-    if (run_kernel(st, &c, &p) < 0) goto done;
+    if (vt_attn_pin_inputs(&c) < 0 || vt_attn_check_inputs(&c) < 0 || vt_attn_pin_given_out(&c) < 0 ||
+        new_outputs(st, &c) < 0)
+        goto done;
+    vt_attn_fill_params(&c, &p);
+    if (run_kernel(st, &c, &p, nth) < 0) goto done;
     result = c.return_lse ? PyTuple_Pack(2, c.out_obj, c.lse_obj) : Py_NewRef(c.out_obj);
 done:
-    call_release(&c);
+    vt_attn_release(&c);
     return result;
 }
 
@@ -494,7 +115,7 @@ static PyMethodDef attention_methods[] = {
 
 int vt_attention_exec(PyObject *m, vt_module_state *st) {
     (void)st;
-    vt_signature_doc(vt_attn_signature(), "Paged attention over block tables with vLLM's FlashAttention-backend "
+    vt_signature_doc(vt_attn_signature(0), "Paged attention over block tables with vLLM's FlashAttention-backend "
                      "meaning.", attn_doc, sizeof attn_doc);
     return PyModule_AddFunctions(m, attention_methods);
 }

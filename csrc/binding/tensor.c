@@ -210,10 +210,7 @@ int vt_num_threads_arg(PyObject *value, const char *fn) {
 
 int vt_tensor_contiguous_input(vt_module_state *st, vt_tensor *t, const char *fn, const char *arg) {
     if (vt_tensor_is_contiguous(t)) return 0;
-    if (!PyArray_Check(t->owner)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be C-contiguous when passed through DLPack", fn, arg);
-        return -1;
-    }
+    if (!PyArray_Check(t->owner)) return vt_refuse_noncontiguous(NULL, t, fn, arg);
     PyArrayObject *c = PyArray_GETCONTIGUOUS((PyArrayObject *)t->owner);
     if (!c) return -1;
     vt_tensor_release(t);

@@ -28,6 +28,10 @@ int vt_tensor_from_dlpack(PyObject *obj, const char *fn, const char *arg, int fl
 /* Unpin (no-op on a zeroed or released tensor). */
 void vt_tensor_release(vt_tensor *t);
 
+/* An extension's front door: pin obj as argument `arg` (flags above);
+ * the argument layers then check rank, dtype and memory (vt_tensor_check). */
+typedef int (*vt_pin_fn)(void *ctx, PyObject *obj, const char *fn, const char *arg, int flags, vt_tensor *t);
+
 /* Which memory an extension's kernels read: checked by vt_tensor_check. */
 typedef enum vt_memory { VT_MEMORY_CPU = 0, VT_MEMORY_CUDA = 1 } vt_memory;
 
@@ -48,5 +52,11 @@ int vt_refuse_self_alias(const char *fn, const vt_tensor *dst, const char *name)
 
 int vt_refuse_shared(const char *fn, const vt_tensor *input, const char *in_name, const vt_tensor *dst,
                      const char *dst_name);
+
+/* Refuse a tensor that is not C-contiguous: "<fn>: <arg> must be
+ * C-contiguous when passed through DLPack; got byte strides [...]" (the
+ * DLPack arm of _C's vt_tensor_contiguous_input, and _cuda's whole rule;
+ * ctx unused: the shape of vt_contig_fn). Returns 0 or -1 (ValueError). */
+int vt_refuse_noncontiguous(void *ctx, vt_tensor *t, const char *fn, const char *arg);
 
 #endif /* VTINFER_BINDING_IMPORT_H */

@@ -37,6 +37,11 @@
     X(num_threads, "None")                                                                                           \
     X(k_scale_cache, "None")                                                                                         \
     X(v_scale_cache, "None")
+/* vtinfer._cuda's: the same, plus validate (False skips the host-side
+ * checks of the index arrays' values, as vLLM does not check them). */
+#define VT_ATTN_CUDA_ARGS(X)                                                                                         \
+    VT_ATTN_ARGS(X)                                                                                                  \
+    X(validate, "True")
 
 /* reshape_and_cache_flash / reshape_and_cache: 8 positional, then keyword-only. */
 #define VT_STORE_NPOS 8
@@ -68,10 +73,10 @@ typedef struct vt_store_pyargs {
 } vt_store_pyargs;
 
 /* The Python arguments of flash_attn_varlen_func by name (borrowed; NULL
- * when not given). */
+ * when not given; validate only ever given to vtinfer._cuda's). */
 typedef struct vt_attn_pyargs {
 #define VT_X_FIELD(name, dflt) PyObject *name;
-    VT_ATTN_ARGS(VT_X_FIELD)
+    VT_ATTN_CUDA_ARGS(VT_X_FIELD)
 #undef VT_X_FIELD
 } vt_attn_pyargs;
 
@@ -85,13 +90,13 @@ typedef struct vt_signature {
 } vt_signature;
 
 /* The signatures (format filled on first use). */
-const vt_signature *vt_attn_signature(void);
+const vt_signature *vt_attn_signature(int cuda); /* cuda: VT_ATTN_CUDA_ARGS */
 const vt_signature *vt_store_flash_signature(void);
 const vt_signature *vt_store_x_signature(void);
 
 /* Parse args/kw into `a` (fields in table order) by `sig`; a required
  * keyword-only argument that is missing is a TypeError naming it. */
-int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, vt_attn_pyargs *a);
+int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, int cuda, vt_attn_pyargs *a);
 /* The same for the stores (xsplit: reshape_and_cache's signature). */
 int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pyargs *a);
 

@@ -10,10 +10,6 @@
 #include "vt_import.h"
 #include "vtinfer/kvcache.h"
 
-/* An extension's front door: pin obj as argument `arg` (flags of
- * vt_import.h) and check it is in the extension's memory. */
-typedef int (*vt_pin_fn)(void *ctx, PyObject *obj, const char *fn, const char *arg, int flags, vt_tensor *t);
-
 typedef struct vt_store_call {
     const char *fn;   /* "reshape_and_cache_flash" or "reshape_and_cache" */
     int xsplit, hnd;  /* x-split paged layout; HND flash layout */

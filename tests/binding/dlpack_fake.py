@@ -58,10 +58,12 @@ class FakeTensor:
     over a 64-byte buffer. `deleted` counts deleter calls. Hostile fields
     on request: `lanes`, `byte_offset`, `null_data`, `ndim` (overrides
     len(shape)), `null_shape`; `versioned` exports a DLPack 1.x capsule
-    ("dltensor_versioned", `read_only` sets its flag, `major` its version)."""
+    ("dltensor_versioned", `read_only` sets its flag, `major` its version);
+    `device_type` / `device_id` name the device it claims."""
 
     def __init__(self, shape, code=2, bits=32, strides=None, device_type=1, *, lanes=1, byte_offset=0,
-                 null_data=False, ndim=None, null_shape=False, versioned=False, read_only=False, major=1):
+                 null_data=False, ndim=None, null_shape=False, versioned=False, read_only=False, major=1,
+                 device_id=0):
         self.buffer = ctypes.create_string_buffer(64)
         self.shape = (ctypes.c_int64 * len(shape))(*shape)
         self.strides = (ctypes.c_int64 * len(shape))(*strides) if strides is not None else None
@@ -70,7 +72,7 @@ class FakeTensor:
         self.managed = DLManagedTensor()
         t = self.managed.dl_tensor
         t.data = None if null_data else ctypes.cast(self.buffer, ctypes.c_void_p)
-        t.device = DLDevice(device_type, 0)
+        t.device = DLDevice(device_type, device_id)
         t.ndim = len(shape) if ndim is None else ndim
         t.dtype = DLDataType(code, bits, lanes)
         t.shape = None if null_shape else self.shape
@@ -95,4 +97,4 @@ class FakeTensor:
         return _PyCapsule_New(ctypes.addressof(self.managed), b"dltensor", None)
 
     def __dlpack_device__(self):
-        return (self.managed.dl_tensor.device.device_type, 0)
+        return (self.managed.dl_tensor.device.device_type, self.managed.dl_tensor.device.device_id)

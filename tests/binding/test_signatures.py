@@ -73,3 +73,20 @@ def test_cuda_store_signature_equals_cpu():
         pytest.skip(f"vtinfer._cuda ({_cuda.__file__}) is not from the build of vtinfer._C ({_C.__file__})")
     assert _shape(inspect.signature(_cuda.reshape_and_cache_flash)) == _shape(
         inspect.signature(_C.reshape_and_cache_flash))
+
+
+def test_cuda_attention_signature_equals_cpu():
+    try:
+        from vtinfer import _cuda
+    except ImportError:
+        pytest.skip("vtinfer._cuda not built")
+    import os
+    if os.path.dirname(_cuda.__file__) != os.path.dirname(_C.__file__):
+        pytest.skip(f"vtinfer._cuda ({_cuda.__file__}) is not from the build of vtinfer._C ({_C.__file__})")
+    cuda = _shape(inspect.signature(_cuda.flash_attn_varlen_func))
+    # the CUDA arm's one extra: validate (skips the host-side checks of the index arrays' values)
+    assert cuda == _shape(inspect.signature(_C.flash_attn_varlen_func)) + [
+        ("validate", inspect.Parameter.KEYWORD_ONLY, True)]
+    from vtinfer import _cuda_ops
+
+    assert _shape(inspect.signature(_cuda_ops.flash_attn_varlen_func)) == cuda

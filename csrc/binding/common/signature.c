@@ -11,6 +11,8 @@
 
 static char *attn_kwlist[] = {VT_ATTN_ARGS(VT_X_NAME) NULL};
 static const char *const attn_defaults[] = {VT_ATTN_ARGS(VT_X_DEFAULT) NULL};
+static char *attn_cuda_kwlist[] = {VT_ATTN_CUDA_ARGS(VT_X_NAME) NULL};
+static const char *const attn_cuda_defaults[] = {VT_ATTN_CUDA_ARGS(VT_X_DEFAULT) NULL};
 
 static char *store_flash_kwlist[] = {VT_STORE_FLASH_ARGS(VT_X_NAME) NULL};
 static const char *const store_flash_defaults[] = {VT_STORE_FLASH_ARGS(VT_X_DEFAULT) NULL};
@@ -29,11 +31,15 @@ static void fill_format(vt_signature *s) {
     snprintf(s->format + n, sizeof s->format - n, ":%s", s->name);
 }
 
-const vt_signature *vt_attn_signature(void) {
+const vt_signature *vt_attn_signature(int cuda) {
     static vt_signature sig = {"flash_attn_varlen_func", VT_ATTN_NPOS,
                                (int)(sizeof attn_kwlist / sizeof attn_kwlist[0]) - 1, attn_kwlist, attn_defaults, ""};
-    if (!sig.format[0]) fill_format(&sig); /* idempotent: the same bytes whoever writes them */
-    return &sig;
+    static vt_signature cuda_sig = {"flash_attn_varlen_func", VT_ATTN_NPOS,
+                                    (int)(sizeof attn_cuda_kwlist / sizeof attn_cuda_kwlist[0]) - 1,
+                                    attn_cuda_kwlist, attn_cuda_defaults, ""};
+    vt_signature *s = cuda ? &cuda_sig : &sig;
+    if (!s->format[0]) fill_format(s); /* idempotent: the same bytes whoever writes them */
+    return s;
 }
 
 const vt_signature *vt_store_flash_signature(void) {
@@ -68,10 +74,12 @@ int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pya
                : -1;
 }
 
-int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, vt_attn_pyargs *a) {
-    const vt_signature *sig = vt_attn_signature();
+int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, int cuda, vt_attn_pyargs *a) {
+    const vt_signature *sig = vt_attn_signature(cuda);
     memset(a, 0, sizeof *a);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, sig->format, (char **)sig->kwlist VT_ATTN_ARGS(VT_X_ADDR))) return -1;
+    /* the CPU's format has one O fewer: validate's address is never written */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, sig->format, (char **)sig->kwlist VT_ATTN_CUDA_ARGS(VT_X_ADDR)))
+        return -1;
     PyObject **field = (PyObject **)a;
     for (int i = sig->npos; i < sig->nargs; i++)
         if (!sig->defaults[i] && !field[i]) {

@@ -225,12 +225,17 @@ int vt_tensor_check(const vt_tensor *t, const char *fn, const char *arg, unsigne
     return 0;
 }
 
+/* "[a, b, ...]" of n values into buf (at least 32 bytes). */
+static void format_dims(const int64_t *v, int n, char *buf, size_t size) {
+    size_t k = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n && k < size - 24; i++)
+        k += (size_t)snprintf(buf + k, size - k, "%s%lld", i ? ", " : "", (long long)v[i]);
+    snprintf(buf + k, size - k, "]");
+}
+
 int vt_shape_error(const char *fn, const char *arg, const char *want, const vt_tensor *t) {
-    char got[200] = "[";
-    size_t n = 1;
-    for (int i = 0; i < t->ndim && n < sizeof got - 24; i++)
-        n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-    snprintf(got + n, sizeof got - n, "]");
+    char got[200];
+    format_dims(t->shape, t->ndim, got, sizeof got);
     PyErr_Format(PyExc_ValueError, "%s: %s must have shape %s; got %s", fn, arg, want, got);
     return -1;
 }
@@ -247,5 +252,15 @@ int vt_refuse_self_alias(const char *fn, const vt_tensor *dst, const char *name)
     if (!vt_tensor_self_overlaps(dst)) return 0;
     PyErr_Format(PyExc_ValueError, "%s: %s must not alias itself (its strides make two elements share memory)", fn,
                  name);
+    return -1;
+}
+
+int vt_refuse_noncontiguous(void *ctx, vt_tensor *t, const char *fn, const char *arg) {
+    (void)ctx;
+    if (vt_tensor_is_contiguous(t)) return 0;
+    char got[200];
+    format_dims(t->strides, t->ndim, got, sizeof got);
+    PyErr_Format(PyExc_ValueError, "%s: %s must be C-contiguous when passed through DLPack; got byte strides %s", fn,
+                 arg, got);
     return -1;
 }
