@@ -35,6 +35,17 @@ longer occurs exactly once prints ``STALE ...`` and fails the run (exit 1).
 tests/mutation/test_runner_check.py runs it with the suite).  The build mirrors setup.py's flags (C11, -fPIC,
 -fvisibility=hidden, -fno-strict-aliasing, the include folders, _GNU_SOURCE)
 at -O2 and without -Werror: a mutant may warn.
+
+The CUDA glue (issue #16): a mutant with ``cuda = true`` (implied by an
+edit under csrc/binding/cuda/) also gets ``vtinfer/_cuda*.so`` in its copy,
+so that tests which drive the CUDA extension without a device (the
+argument layers refuse before the runtime: tests/binding/
+test_cpu_cuda_same_errors.py) can go red.  The base then compiles
+csrc/cuda/*.cu once with nvcc (setup.py's flags; a mutant never edits a
+.cu: no test here could run a kernel) and csrc/binding/cuda/*.c; _cuda links
+the same core/common objects as _C plus those and the static CUDA runtime.
+Without nvcc such a mutant is an ERROR.  Other mutants get no _cuda: its
+tests skip there, as on a machine without nvcc.
 """
 
 from __future__ import annotations
@@ -128,6 +139,11 @@ def sources(root: Path) -> list[Path]:
         root.glob("csrc/binding/common/*.c"))
 
 
+def cuda_glue_sources(root: Path) -> list[Path]:
+    """The C sources only vtinfer._cuda has (it shares core/ and common/ with _C)."""
+    return sorted(root.glob("csrc/binding/cuda/*.c"))
+
+
 def obj_of(root: Path, src: Path) -> Path:
     return root / "build" / "vtmut-obj" / (src.parent.name + "__" + src.stem + ".o")
 
@@ -138,7 +154,8 @@ def compile_one(root: Path, src: Path) -> tuple[bool, str]:
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
         out.unlink()  # may be a hard link to the base object
-    r = subprocess.run(cc + flags + ["-c", str(src.relative_to(root)), "-o", str(out)], cwd=root,
+    extra = ["-Icsrc/cuda"] if src.parent.name == "cuda" else []
+    r = subprocess.run(cc + flags + extra + ["-c", str(src.relative_to(root)), "-o", str(out)], cwd=root,
                        capture_output=True, text=True)
     return r.returncode == 0, r.stderr
 
@@ -157,13 +174,67 @@ def link(root: Path) -> tuple[bool, str]:
     return r.returncode == 0, r.stderr
 
 
-def build(root: Path, srcs: list[Path], jobs: int) -> tuple[bool, str]:
+def nvcc_and_cudart() -> tuple[str, str] | None:
+    """(nvcc, folder of libcudart_static.a) as setup.py finds them, or None."""
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc")
+    if not nvcc:
+        found = sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))
+        nvcc = str(found[-1]) if found else None
+    if not nvcc:
+        return None
+    nvcc = os.path.realpath(nvcc)
+    homes = [Path(nvcc).parent.parent] + [Path(h) for h in [os.environ.get("CUDA_HOME")] if h]
+    for lib in (h / sub for h in homes for sub in ("lib64", "lib", "targets/x86_64-linux/lib")):
+        if (lib / "libcudart_static.a").is_file():
+            return nvcc, str(lib)
+    return None
+
+
+def cuda_objects(root: Path) -> list[Path]:
+    return sorted((root / "build" / "vtmut-cuda").glob("*.o"))
+
+
+def compile_cuda_kernels(root: Path, nvcc: str, jobs: int) -> tuple[bool, str]:
+    """csrc/cuda/*.cu -> build/vtmut-cuda/*.o (base only: mutants reuse them)."""
+    out = root / "build" / "vtmut-cuda"
+    out.mkdir(parents=True, exist_ok=True)
+    flags = ["-std=c++17", "-O3", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler",
+             "-fPIC,-fvisibility=hidden", "-Icsrc/include", "-Icsrc/core", "-Icsrc/cuda"]
+
+    def one(src: Path) -> tuple[bool, str]:
+        r = subprocess.run([nvcc, *flags, "-c", str(src.relative_to(root)), "-o", str(out / (src.name + ".o"))],
+                           cwd=root, capture_output=True, text=True)
+        return r.returncode == 0, r.stderr
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        results = list(ex.map(one, sorted(root.glob("csrc/cuda/*.cu"))))
+    errs = "".join(e for ok, e in results if not ok)
+    return not errs, errs
+
+
+def link_cuda(root: Path, cudart: str) -> tuple[bool, str]:
+    _, _, ld = compiler()
+    so = root / "vtinfer" / ("_cuda" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if so.exists():
+        so.unlink()
+    shared = [s for s in sources(root) if s.parent.name != "binding"]  # core/ and common/: _C's objects
+    objs = [str(obj_of(root, s)) for s in shared + cuda_glue_sources(root)] + [str(o) for o in cuda_objects(root)]
+    r = subprocess.run(ld + objs + ["-L" + cudart, "-lcudart_static", "-ldl", "-lrt", "-lstdc++", "-lm", "-o",
+                                    str(so)], cwd=root, capture_output=True, text=True)
+    return r.returncode == 0, r.stderr
+
+
+def build(root: Path, srcs: list[Path], jobs: int, cudart: str | None = None) -> tuple[bool, str]:
+    """Compile srcs, link _C, and with cudart (a CUDA mutant or its base) _cuda."""
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         results = list(ex.map(lambda s: compile_one(root, s), srcs))
     errs = "".join(e for ok, e in results if not ok)
     if errs:
         return False, errs
-    return link(root)
+    ok, log = link(root)
+    if ok and cudart:
+        ok, log = link_cuda(root, cudart)
+    return ok, log
 
 
 def affected_sources(root: Path, rel: str) -> list[Path]:
@@ -172,15 +243,20 @@ def affected_sources(root: Path, rel: str) -> list[Path]:
         return [root / rel]
     if rel.endswith(".h"):
         base = os.path.basename(rel)
+        srcs = sources(root) + cuda_glue_sources(root)
         pat = re.compile(r'#\s*include\s*[<"]([^>"]*/)?' + re.escape(base) + r'[>"]')
-        direct = [s for s in sources(root) if pat.search(s.read_text(encoding="utf-8", errors="replace"))]
+        direct = [s for s in srcs if pat.search(s.read_text(encoding="utf-8", errors="replace"))]
         # headers including the header: include their users too (one level is enough here)
         hdrs = [h for h in list(root.glob("csrc/**/*.h")) if pat.search(h.read_text(encoding="utf-8"))]
         for h in hdrs:
             hp = re.compile(r'#\s*include\s*[<"]([^>"]*/)?' + re.escape(h.name) + r'[>"]')
-            direct += [s for s in sources(root) if hp.search(s.read_text(encoding="utf-8", errors="replace"))]
+            direct += [s for s in srcs if hp.search(s.read_text(encoding="utf-8", errors="replace"))]
         return sorted(set(direct))
     return []
+
+
+def needs_cuda(m: dict) -> bool:
+    return bool(m.get("cuda")) or any(e["file"].startswith("csrc/binding/cuda/") for e in m["edits"])
 
 
 # ---------------------------------------------------------------- testing
@@ -251,16 +327,20 @@ def run_tests(root: Path, tests: list[str], timeout: float) -> tuple[str, str]:
 # ---------------------------------------------------------------- main
 
 
-def make_base(rev: str, run_dir: Path, jobs: int) -> Path:
+def make_base(rev: str, run_dir: Path, jobs: int, cuda: tuple[str, str] | None) -> Path:
+    """The tree at rev, built (with cuda = (nvcc, cudart): the CUDA objects too, not linked)."""
     base = run_dir / "base"
     base.mkdir(parents=True)
     arch = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(base)], input=arch.stdout, check=True)
     t0 = time.time()
-    ok, log = build(base, sources(base), jobs)
+    ok, log = build(base, sources(base) + (cuda_glue_sources(base) if cuda else []), jobs)
+    if ok and cuda:
+        ok, log = compile_cuda_kernels(base, cuda[0], jobs)
     if not ok:
         raise SystemExit(f"the unmutated tree at {rev} does not build:\n{log}")
-    print(f"base built at {rev} in {time.time() - t0:.0f}s: {base}", flush=True)
+    print(f"base built at {rev} in {time.time() - t0:.0f}s{' (with the CUDA objects)' if cuda else ''}: {base}",
+          flush=True)
     return base
 
 
@@ -314,7 +394,8 @@ def main(argv: list[str]) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=WORK))
     results: list[tuple[str, str, str, float]] = []
     try:
-        base = make_base(args.rev, run_dir, args.jobs)
+        cuda = nvcc_and_cudart() if any(needs_cuda(m) for m in muts) else None
+        base = make_base(args.rev, run_dir, args.jobs, cuda)
         # every find text must occur exactly once in the tree at REV
         bad = []
         for m in muts:
@@ -334,6 +415,10 @@ def main(argv: list[str]) -> int:
         union = list(dict.fromkeys(t for m in muts for t in m["tests"]))
         ref = run_dir / "unmutated"
         clone(base, ref)
+        if cuda:  # the baseline runs every named test, a CUDA mutant's too
+            ok, log = link_cuda(ref, cuda[1])
+            if not ok:
+                raise SystemExit(f"baseline: vtinfer._cuda does not link:\n{log}")
         why = check_import(ref)
         if why:
             raise SystemExit(f"baseline: {why}")
@@ -365,8 +450,11 @@ def main(argv: list[str]) -> int:
                         raise RuntimeError(f"{e['file']}: the edit did not change the file")
                     changed.append(e["file"])
                     recompile.update(affected_sources(d, e["file"]))
-                if recompile:
-                    ok, log = build(d, sorted(recompile), args.jobs)
+                if needs_cuda(m) and not cuda:
+                    raise RuntimeError("a CUDA-glue mutant needs nvcc and libcudart_static.a (not found)")
+                cudart = cuda[1] if needs_cuda(m) else None
+                if recompile or cudart:
+                    ok, log = build(d, sorted(recompile), args.jobs, cudart)
                     if not ok:
                         raise RuntimeError("mutant does not build: " + log.strip()[-600:])
                 why = check_import(d)
