@@ -184,6 +184,7 @@ def nvcc_and_cudart() -> tuple[str, str] | None:
         return None
     nvcc = os.path.realpath(nvcc)
     homes = [Path(nvcc).parent.parent] + [Path(h) for h in [os.environ.get("CUDA_HOME")] if h]
+    homes += sorted(Path("/usr/local").glob("cuda*"))[::-1]
     for lib in (h / sub for h in homes for sub in ("lib64", "lib", "targets/x86_64-linux/lib")):
         if (lib / "libcudart_static.a").is_file():
             return nvcc, str(lib)
