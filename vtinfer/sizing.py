@@ -164,7 +164,7 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
         # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
         di = dtype_info(d)
-        return kv * (2 * head_dim * di.elem_bytes + (8 if di.scale_kind == "token_head" else 0))
+        return kv * (2 * head_dim * di.elem_bits // 8 + (8 if di.scale_kind == "token_head" else 0))
 
     pages = tuple(block_size * token_bytes(d, kv_rank if s.num_kv_heads == geo.num_kv_heads else
                                            max(1, s.num_kv_heads // tensor_parallel_size), s.head_dim)

@@ -10,6 +10,7 @@ static const char *const flags_e4m3[] = {"fp8", "fp8_e4m3", NULL};
 static const char *const flags_e5m2[] = {"fp8_e5m2", NULL};
 static const char *const flags_i8pth[] = {"int8_per_token_head", NULL};
 static const char *const flags_f8pth[] = {"fp8_per_token_head", NULL};
+static const char *const flags_i4pth[] = {"int4_per_token_head", NULL};
 
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     {VT_DTYPE_F32, "float32", "float32", flags_f32, 4, 0, 3.4028234663852886e38, 8, 23, 32, 0, VT_DTYPE_F32,
@@ -27,7 +28,16 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
      VT_SCALE_TOKEN_HEAD, 127.0f, -128.0f, VT_PAGE_SCALE_PLANES},
     {VT_DTYPE_FP8_PTH, "fp8_per_token_head", "float8_e4m3fn", flags_f8pth, 1, 0, 448.0, 4, 3, 8, 0,
      VT_DTYPE_FP8_E4M3, VT_SCALE_TOKEN_HEAD, 448.0f, -448.0f, VT_PAGE_SCALE_PLANES},
+    /* vLLM 0.33 int4_per_token_head.py: asymmetric codes 0..15 (zero point in the scale's low bits), two per
+     * uint8 byte, after a randomized Hadamard rotation (kv_store_int4.c). */
+    {VT_DTYPE_INT4_PTH, "int4_per_token_head", "uint8", flags_i4pth, 1, 0, 15.0, 0, 4, 4, 0, -1,
+     VT_SCALE_TOKEN_HEAD, 15.0f, 0.0f, VT_PAGE_SCALE_PLANES},
 };
+
+size_t vt_dtype_row_bytes(int dtype, size_t head_size) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    return t ? head_size * (size_t)t->elem_bits / 8 : 0;
+}
 
 
 const vt_dtype_info *vt_dtype_get(int dtype) {

@@ -16,6 +16,7 @@
  * independent NumPy twin (tests/numerics/test_kv_formats.py). */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "vt_internal.h"
 #include "vtinfer/kvcache.h"
@@ -28,6 +29,8 @@
 /* Elements converted to float32 at once; longer rows take two passes. */
 #define PTH_PIECE 512
 #define PTH_PARALLEL_MIN_ELEMS ((int64_t)1 << 15)
+/* int4 rows are rotated whole on the stack. */
+#define VT_KV_INT4_MAX_D 4096
 
 /* Quantize n float32 values with reciprocal r into int8 codes (scalar twin). */
 static void quant_int8_scalar(const float *x, uint8_t *dst, int64_t n, float r, float qmax, float qmin) {
@@ -113,12 +116,33 @@ typedef struct pth_job {
     const vt_dtype_info *fmt;
     pth_kernels k;
     vt_convert_row_fn to_f32;  /* src dtype -> float32 */
+    vt_convert_row_fn from_f32; /* float32 -> src dtype (int4's rounding of the rotated row) */
     vt_quant_row_fn fp8_codes; /* float32 -> e4m3 codes (scale 1): fp8_per_token_head */
     size_t src_es;
 } pth_job;
 
+/* int4_per_token_head: rotate, round to the source dtype, quantize (kv_store_int4.c). D <= VT_KV_INT4_MAX_D. */
+static void store_row_int4(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {
+    const int64_t D = j->p->head_size;
+    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
+    _Alignas(64) uint16_t half[VT_KV_INT4_MAX_D];
+    float scale;
+    j->to_f32(src, buf, (size_t)D);
+    vt_int4_rht(buf, D, 0);
+    if (j->p->src_dtype != VT_DTYPE_F32) { /* vLLM's `.to(key.dtype)` after the float32 rotation */
+        j->from_f32(buf, half, (size_t)D);
+        j->to_f32(half, buf, (size_t)D);
+    }
+    vt_int4_quantize_row(buf, D, dst, &scale);
+    memcpy(scale_dst, &scale, sizeof scale);
+}
+
 /* One (token, head) row: scale into *scale_out, codes into dst. */
 static void store_row(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {
+    if (j->p->cache_dtype == VT_DTYPE_INT4_PTH) {
+        store_row_int4(j, src, dst, scale_dst);
+        return;
+    }
     const int64_t D = j->p->head_size;
     _Alignas(64) float buf[PTH_PIECE], tmp[PTH_PIECE];
     float m = 0.0f;
@@ -173,6 +197,12 @@ vt_status vt_kv_store_pth_check(const vt_kv_store_params *p, const char *fn, vt_
     if (p->num_tokens > 0 && (!p->k_scale_cache.base || !p->v_scale_cache.base))
         return vt_error_set(err, VT_ERR_VALUE, "%s: k_scale_cache and v_scale_cache must be given for %s; got NULL",
                             fn, vt_dtype_get(p->cache_dtype)->name);
+    if (p->cache_dtype == VT_DTYPE_INT4_PTH &&
+        (p->head_size % 2 || p->head_size > VT_KV_INT4_MAX_D || vt_int4_rht_block(p->head_size) > VT_INT4_RHT_MAX))
+        return vt_error_set(err, VT_ERR_VALUE,
+                            "%s: head_size must be even and at most %d for int4_per_token_head (two codes per byte, "
+                            "a rotation block of at most %d); got %lld",
+                            fn, VT_KV_INT4_MAX_D, VT_INT4_RHT_MAX, (long long)p->head_size);
     return VT_OK;
 }
 
@@ -186,7 +216,8 @@ void vt_kv_store_pth_run(const vt_kv_store_params *p, int num_threads) {
     j.fmt = vt_dtype_get(p->cache_dtype);
     j.k = pick();
     j.to_f32 = ck->convert[p->src_dtype][VT_DTYPE_F32];
-    if (!j.fmt->is_int) j.fp8_codes = ck->quant[VT_DTYPE_F32][vt_fp8_index(j.fmt->code_dtype)];
+    j.from_f32 = ck->convert[VT_DTYPE_F32][p->src_dtype];
+    if (!j.fmt->is_int && j.fmt->code_dtype >= 0) j.fp8_codes = ck->quant[VT_DTYPE_F32][vt_fp8_index(j.fmt->code_dtype)];
     j.src_es = vt_dtype_get(p->src_dtype)->elem_bytes;
     int64_t rows = p->num_tokens * p->num_kv_heads;
     int64_t work = rows > INT64_MAX / p->head_size ? INT64_MAX : rows * p->head_size;
@@ -199,7 +230,9 @@ void vt_kv_store_pth_run(const vt_kv_store_params *p, int num_threads) {
 
 void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale) {
     const vt_dtype_info *fmt = vt_dtype_get(dtype);
-    if (fmt->is_int) {
+    if (dtype == VT_DTYPE_INT4_PTH) {
+        vt_int4_dequant_row(codes, scale, dst, n);
+    } else if (fmt->is_int) {
         for (int64_t i = 0; i < n; i++) dst[i] = (float)(int8_t)codes[i] * scale;
     } else {
         const float *t = vt_fp8_decode_table((vt_dtype)fmt->code_dtype);

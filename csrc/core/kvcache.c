@@ -46,6 +46,9 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
                                 (long long)dims[i].v);
     const vt_dtype_info *di = vt_dtype_get(cfg->dtype);
     if (!di) return vt_error_set(err, VT_ERR_VALUE, "%s: dtype must be a storage dtype; got id %d", fn, (int)cfg->dtype);
+    if (cfg->dtype == VT_DTYPE_INT4_PTH) /* packed half-byte planes: owed (kv-formats.md) */
+        return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: dtype 'int4_per_token_head' is not built for the paged cache "
+                            "yet (store into caller-owned caches with reshape_and_cache_flash)", fn);
     if (cfg->layout != VT_KV_LAYOUT_NHD && cfg->layout != VT_KV_LAYOUT_HND)
         return vt_error_set(err, VT_ERR_VALUE, "%s: layout must be 'NHD' or 'HND'; got id %d", fn, (int)cfg->layout);
     size_t row, blk, kv, page, region, total;

@@ -52,8 +52,21 @@ const vt_kernels *vt_kernels_active(void);
 struct vt_kv_store_params;
 vt_status vt_kv_store_pth_check(const struct vt_kv_store_params *p, const char *fn, vt_error *err);
 void vt_kv_store_pth_run(const struct vt_kv_store_params *p, int num_threads);
-/* codes * scale in float32 (the read of a per-token-head row; int8 or the e4m3 table). */
+/* codes * scale in float32 (the read of a per-token-head row; int8 or the e4m3 table; int4: (code - zp) *
+ * scale with zp from the stored scale's low bits, n elements from n / 2 bytes). */
 void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale);
+
+/* int4_per_token_head (kv_store_int4.c). Largest rotation block (the sign table's length). */
+#define VT_INT4_RHT_MAX 1024
+/* Rotation block of a head size d: its largest power-of-two divisor. */
+int64_t vt_int4_rht_block(int64_t d);
+/* In place on x[d]: vLLM's single_rht (inverse = 0: H (s ⊙ x) per block) or its inverse without the
+ * 1 / b (inverse = 1: s ⊙ (H x)). Needs vt_int4_rht_block(d) <= VT_INT4_RHT_MAX. */
+void vt_int4_rht(float *x, int64_t d, int inverse);
+/* A rotated row x[d] (d even) -> d / 2 packed code bytes and the stored scale (zero point in its low bits). */
+void vt_int4_quantize_row(const float *x, int64_t d, uint8_t *codes, float *scale_out);
+/* d / 2 packed bytes and a stored scale -> (code - zp) * scale, d float32 values (rotated space). */
+void vt_int4_dequant_row(const uint8_t *codes, float stored_scale, float *dst, int64_t d);
 
 /* Index of a float dtype in the [3] dimensions of vt_codec_kernels, or -1. */
 static inline int vt_float_index(int dtype) {

@@ -173,7 +173,7 @@ def test_dtype_table_rows():
     assert (i8.scale_kind, i8.is_int, i8.elem_bits, i8.quant_max, i8.quant_min, i8.page_layout) == (
         "token_head", True, 8, 127.0, -128.0, "scale_planes")
     assert (f8.scale_kind, f8.code_dtype, f8.quant_max, f8.quant_min) == ("token_head", "fp8_e4m3", 448.0, -448.0)
-    assert vt.PER_TOKEN_HEAD_DTYPES == ("int8_per_token_head", "fp8_per_token_head")
+    assert vt.PER_TOKEN_HEAD_DTYPES == ("int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
     assert "int8_per_token_head" in vt.KV_CACHE_DTYPES and "fp8_per_token_head" in vt.KV_CACHE_DTYPES
     assert not f8.is_fp8 and "fp8_per_token_head" not in vt.FP8_DTYPES  # no per-tensor fp8 path takes it
     assert i8.numpy_dtype == np.int8 and f8.numpy_dtype == ml_dtypes.float8_e4m3fn
@@ -198,8 +198,8 @@ def test_resolution_names_the_storage_and_the_plan_sizes_it(fmt, tmp_path):
 def test_unknown_format_name_is_refused_naming_the_argument():
     with pytest.raises(ValueError, match=r"dtype must be one of .*int8_per_token_head.*; got 'int8'"):
         vt.PagedKVCache(1, 2, 16, 1, 64, "int8")
-    with pytest.raises(ValueError, match=r"got 'int4_per_token_head'"):
-        vt.PagedKVCache(1, 2, 16, 1, 64, "int4_per_token_head")
+    with pytest.raises(ValueError, match=r"got 'int8_per_tensor'"):
+        vt.PagedKVCache(1, 2, 16, 1, 64, "int8_per_tensor")
     c = vt.PagedKVCache(1, 2, 16, 1, 64, "fp8_e4m3")
     with pytest.raises(ValueError, match=r"k_scale_cache: the cache must have a per-token-head dtype; got 'fp8_e4m3'"):
         c.k_scale_cache(0)

@@ -193,6 +193,11 @@ static int check_shapes(vt_attn_call *c) {
                      (long long)k->shape[1], (long long)HKV, (long long)k->shape[3]);
             return vt_shape_error(FN, "v", want, v);
         }
+    if (c->kv_flag == VT_DTYPE_INT4_PTH) { /* its rotated read is owed (kv-formats.md) */
+        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype 'int4_per_token_head' is stored but not read yet "
+                     "(no attention over its rotated int4 codes)", FN);
+        return -1;
+    }
     const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
     if (k->shape[3] != D && !(pth && k->shape[3] == D + 4)) { /* D + 4: vLLM's padded per-token-head views */
         snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size)", (long long)D,

@@ -117,8 +117,15 @@ int vt_store_check_inputs_contiguous(const vt_store_call *c) {
 static int check_flash_shapes(const vt_store_call *c, int64_t H, int64_t D) {
     const vt_tensor *kc = &c->key_cache;
     const int64_t nb = kc->shape[0], bs = c->hnd ? kc->shape[2] : kc->shape[1];
-    const int64_t want[4] = {nb, c->hnd ? H : bs, c->hnd ? bs : H, D};
-    const int64_t padded = is_pth(c) ? D + 4 : D; /* vLLM's per-token-head views: codes, then the scale's 4 bytes */
+    const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
+    if (int4 && D % 2) {
+        PyErr_Format(PyExc_ValueError, "%s: key must have an even head size for kv_cache_dtype 'int4_per_token_head' "
+                     "(two codes per byte); got %lld", c->fn, (long long)D);
+        return -1;
+    }
+    const int64_t row = int4 ? D / 2 : D; /* code elements of one head row */
+    const int64_t want[4] = {nb, c->hnd ? H : bs, c->hnd ? bs : H, row};
+    const int64_t padded = is_pth(c) ? row + 4 : row; /* vLLM's per-token-head views: codes, then the scale's 4 bytes */
     for (int w = 0; w < 2; w++) {
         const vt_tensor *t = w ? &c->value_cache : kc;
         for (int i = 0; i < 4; i++)
@@ -127,9 +134,12 @@ static int check_flash_shapes(const vt_store_call *c, int64_t H, int64_t D) {
                              "%s: %s must have shape %s = [%lld, %lld, %lld, %lld] (H_kv and D from key%s); got "
                              "[%lld, %lld, %lld, %lld]",
                              c->fn, w ? "value_cache" : "key_cache",
-                             c->hnd ? "[num_blocks, H_kv, block_size, D]" : "[num_blocks, block_size, H_kv, D]",
+                             int4 ? (c->hnd ? "[num_blocks, H_kv, block_size, D / 2]" : "[num_blocks, block_size, H_kv, D / 2]")
+                                  : (c->hnd ? "[num_blocks, H_kv, block_size, D]" : "[num_blocks, block_size, H_kv, D]"),
                              (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3],
-                             padded != D ? "; or D + 4 as vLLM's per-token-head views" : "", (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                             padded != row ? (int4 ? "; or D / 2 + 4 as vLLM's per-token-head views"
+                                               : "; or D + 4 as vLLM's per-token-head views") : "",
+                             (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                              (long long)t->shape[3]);
                 return -1;
             }
@@ -165,11 +175,15 @@ static int check_xsplit_shapes(const vt_store_call *c, int64_t H, int64_t D) {
 static int cache_dtype_for(const vt_store_call *c, const char *arg, const vt_tensor *cache) {
     int want = c->kv_flag == VT_DTYPE_AUTO ? (int)c->key.elem : c->kv_flag;
     const vt_dtype_info *di = vt_dtype_get(want);
-    if (is_pth(c)) { /* codes of the table's element: int8, or e4m3 (uint8 or float8_e4m3fn) */
-        int ok = di->is_int ? cache->elem == VT_ELEM_I8 : (cache->elem == VT_ELEM_U8 || cache->elem == VT_ELEM_E4M3);
+    if (is_pth(c)) { /* codes of the table's element: int8, e4m3 (uint8 or float8_e4m3fn), int4 (uint8 bytes) */
+        const int int4 = want == VT_DTYPE_INT4_PTH;
+        int ok = int4 ? cache->elem == VT_ELEM_U8
+                      : di->is_int ? cache->elem == VT_ELEM_I8
+                                   : (cache->elem == VT_ELEM_U8 || cache->elem == VT_ELEM_E4M3);
         if (!ok) {
             PyErr_Format(PyExc_TypeError, "%s: %s must hold %s codes for kv_cache_dtype '%s'; got %s", c->fn, arg,
-                         di->is_int ? "int8" : "uint8 or float8_e4m3fn", di->name, cache->dtype_name);
+                         int4 ? "uint8 (two 4-bit)" : di->is_int ? "int8" : "uint8 or float8_e4m3fn", di->name,
+                         cache->dtype_name);
             return -1;
         }
         return want;
@@ -228,7 +242,7 @@ static int check_overlap(const vt_store_call *c) {
     static const char *const scn[2] = {"k_scale_cache", "v_scale_cache"};
     vt_tensor codes[2] = {c->key_cache, c->value_cache};
     static const char *const cn[2] = {"key_cache", "value_cache"};
-    for (int w = 0; w < 2; w++) codes[w].shape[3] = c->key.shape[2];
+    for (int w = 0; w < 2; w++) codes[w].shape[3] = (int64_t)vt_dtype_row_bytes(c->p.cache_dtype, (size_t)c->key.shape[2]);
     if (vt_refuse_shared(fn, sc[0], scn[0], sc[1], scn[1]) < 0) return -1;
     for (int w = 0; w < 2; w++) {
         if (vt_refuse_self_alias(fn, sc[w], scn[w]) < 0) return -1;

@@ -21,7 +21,9 @@ typedef enum vt_dtype {
     VT_DTYPE_FP8_E5M2 = 4, /* float8 e5m2: IEEE-like, max finite 57344 */
     VT_DTYPE_INT8_PTH = 5, /* int8 codes + one float32 scale per (token, KV head) (vLLM int8_per_token_head) */
     VT_DTYPE_FP8_PTH = 6,  /* e4m3fn codes + one float32 scale per (token, KV head) (vLLM fp8_per_token_head) */
-    VT_DTYPE_COUNT = 7
+    VT_DTYPE_INT4_PTH = 7, /* rotated (RHT) rows as unsigned 4-bit codes, two per byte, + one float32 scale
+                            * whose low 4 bits hold the zero point, per (token, KV head) (vLLM int4_per_token_head) */
+    VT_DTYPE_COUNT = 8
 } vt_dtype;
 
 /* How a dtype's values are scaled. */
@@ -47,7 +49,7 @@ typedef struct vt_dtype_info {
     const char *name;          /* canonical vtinfer name: "float32", "fp8_e4m3", ... */
     const char *numpy_name;    /* NumPy / ml_dtypes name: "float32", "bfloat16", "float8_e4m3fn" */
     const char *const *flags;  /* vLLM --kv-cache-dtype spellings naming this dtype, NULL-terminated */
-    size_t elem_bytes;         /* bytes per element */
+    size_t elem_bytes;         /* bytes per element (1 for int4_per_token_head: a byte holds two, see elem_bits) */
     int is_fp8;                /* 1 for the float8 formats */
     double max_finite;         /* largest finite value */
     int exponent_bits;         /* IEEE-style field widths */
@@ -60,6 +62,9 @@ typedef struct vt_dtype_info {
     float quant_max, quant_min; /* per-token-head: code range the scaled values are clamped to */
     vt_page_layout page_layout;
 } vt_dtype_info;
+
+/* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */
+VT_API size_t vt_dtype_row_bytes(int dtype, size_t head_size);
 
 /* 1 when `dtype` stores one scale per (token, KV head) (the table's scale_kind), else 0. */
 VT_API int vt_dtype_per_token_head(int dtype);

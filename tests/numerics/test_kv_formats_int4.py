@@ -1,0 +1,191 @@
+"""int4_per_token_head: the store (vt.reshape_and_cache_flash on caller-owned
+caches, vLLM's padded views) byte for byte against the independent NumPy
+twin (tests/numerics/int4_twin.py) on every ISA: random rows of many
+magnitudes, head sizes whose rotation block differs (64, 80 -> 16, 96 ->
+32, 576 -> 64, 1024, 6 -> 2), float32 / bfloat16 / float16 sources, and
+adversarial rows built in the rotated space (values at the rounding
+midpoints, the zero point at a midpoint, constant rows, the 1e-6 floor,
+huge ranges, NaN).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import vtinfer as vt
+from tests.numerics import int4_twin
+
+FMT = "int4_per_token_head"
+SRC = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+def caches(nb, bs, hkv, d, *, pad=4, layout="NHD"):
+    """Code caches as vLLM's padded uint8 views ([nb, bs, H, D/2 + 4], pads 0x5A) and scale caches."""
+    shape = (nb, hkv, bs, 2 * (d // 2 + pad)) if layout == "HND" else (nb, bs, hkv, 2 * (d // 2 + pad))
+    page = np.full(shape, 0x5A, np.uint8)
+    kc, vc = page[..., : d // 2 + pad], page[..., d // 2 + pad:]
+    ks = np.full((nb, bs, hkv), np.nan, np.float32)
+    vs = np.full((nb, bs, hkv), np.nan, np.float32)
+    return page, kc, vc, ks, vs
+
+
+def store(k, v, kc, vc, ks, vs, slots, layout="NHD", **kw):
+    vt.reshape_and_cache_flash(k, v, kc, vc, slots, FMT, 1.0, 1.0, k_scale_cache=ks, v_scale_cache=vs,
+                               layout=layout, **kw)
+
+
+def nhd(a, layout):
+    return a.transpose(0, 2, 1, 3) if layout == "HND" else a
+
+
+def check(page, kc, vc, ks, vs, k, v, slots, d, src, layout="NHD"):
+    """Every stored row equals the twin; every other byte (pads, unstored slots) untouched."""
+    want = page.copy()
+    wk, wv = nhd(want[..., : kc.shape[-1]], layout), nhd(want[..., kc.shape[-1]:], layout)
+    bs = ks.shape[1]
+    qk, sk = int4_twin.quantize(k, src)
+    qv, sv = int4_twin.quantize(v, src)
+    want_ks, want_vs = np.full_like(ks, np.nan), np.full_like(vs, np.nan)
+    for t, s in enumerate(slots):
+        if s < 0:
+            continue
+        b, o = divmod(int(s), bs)
+        wk[b, o, :, : d // 2], wv[b, o, :, : d // 2] = qk[t], qv[t]
+        want_ks[b, o], want_vs[b, o] = sk[t], sv[t]
+    np.testing.assert_array_equal(page, want)
+    np.testing.assert_array_equal(ks.view(np.uint32), want_ks.view(np.uint32))
+    np.testing.assert_array_equal(vs.view(np.uint32), want_vs.view(np.uint32))
+
+
+def rows(rng, n, hkv, d, src="float32"):
+    mag = 2.0 ** rng.integers(-10, 11, size=(n, hkv, 1))
+    off = rng.standard_normal((n, hkv, 1)) * mag  # rows not centred at 0: the zero point moves
+    return (rng.standard_normal((n, hkv, d)) * mag + off).astype(SRC[src])
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("src", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("d", [64, 80, 96, 576, 1024, 6])
+def test_store_bytes_equal_numpy_twin(isa, d, src, layout):
+    rng = np.random.default_rng(d)
+    nb, bs, hkv, n = 3, 16, 2, 30
+    page, kc, vc, ks, vs = caches(nb, bs, hkv, d, layout=layout)
+    k, v = rows(rng, n, hkv, d, src), rows(rng, n, hkv, d, src)
+    if src == "float16":
+        k, v = np.clip(k, -1e3, 1e3).astype(np.float16), np.clip(v, -1e3, 1e3).astype(np.float16)
+    slots = rng.permutation(nb * bs)[:n].astype(np.int64)
+    slots[4] = -1
+    store(k, v, kc, vc, ks, vs, slots, layout=layout, num_threads=2)
+    check(page, kc, vc, ks, vs, k, v, slots, d, src, layout)
+
+
+def from_rotated(y: np.ndarray) -> np.ndarray:
+    """x with rht(x) == y exactly (float64 inverse; exact for the dyadic y used here)."""
+    d = y.shape[-1]
+    b = int4_twin.block(d)
+    x = int4_twin.rht(y.astype(np.float32), inverse=True).astype(np.float64) / b
+    assert np.array_equal(int4_twin.rht(x.astype(np.float32)), y.astype(np.float32))
+    return x.astype(np.float32)
+
+
+def adversarial_rotated(d: int) -> np.ndarray:
+    """Rows in the rotated space, [n, 1, d]."""
+    r = []
+    base = np.arange(d) % 16
+    r.append(np.where(base == 0, 0.0, base - 0.5).astype(np.float64))  # min 0, max 14.5: codes at x.5 midpoints
+    r[-1][1] = 15.0  # max 15: scale exactly 1, zp 0
+    z = (np.arange(d) % 16 - 2.5)  # min -2.5, max 12.5: scale 1, -min / scale = 2.5: zp midpoint
+    r.append(z)
+    r.append(np.zeros(d))  # all zero: scale 1e-6, zp 0
+    r.append(np.full(d, 3.0))  # constant positive: -min / 1e-6 saturates below 0 -> zp 0
+    r.append(np.full(d, -3.0))  # constant negative: zp saturates at 15
+    huge = np.zeros(d)
+    huge[0], huge[1] = 2.0**100, -(2.0**100)  # a huge range, everything else at the zero point
+    r.append(huge)
+    tiny = (np.arange(d) % 4) * 2.0**-30  # range below the 1e-6 floor
+    r.append(tiny)
+    return np.stack(r)[:, None, :]
+
+
+@pytest.mark.parametrize("d", [16, 64, 128])
+def test_store_adversarial_rotated_rows_equal_numpy_twin(isa, d):
+    y = adversarial_rotated(d)
+    x = from_rotated(y)
+    n = x.shape[0]
+    page, kc, vc, ks, vs = caches(2, 16, 1, d)
+    slots = np.arange(n, dtype=np.int64)
+    store(x, x[::-1].copy(), kc, vc, ks, vs, slots)
+    check(page, kc, vc, ks, vs, x, x[::-1], slots, d, "float32")
+
+
+def test_twin_rules_by_hand():
+    """The twin against hand-computed bytes for a rotated row (so the twin itself is pinned)."""
+    y = np.array([[0.0, 15.0, 2.5, 3.5, 7.5, 14.5, 1.0, 0.49999997]], np.float32)  # min 0, max 15: scale 1, zp 0
+    packed, stored = int4_twin.quantize_rotated(y)
+    # codes: 0, 15, 3 (2.5 away from zero), 4, 8, 15, 1, 0 (0.49999997 + 0.5 rounds to 1.0 in float32? no: < 1)
+    codes = [0, 15, 3, 4, 8, 15, 1, int(np.float32(0.49999997) + np.float32(0.5))]
+    assert packed.tolist() == [[codes[0] | codes[1] << 4, codes[2] | codes[3] << 4, codes[4] | codes[5] << 4,
+                                codes[6] | codes[7] << 4]]
+    assert stored.view(np.uint32).tolist() == [np.float32(1.0).view(np.uint32) & 0xFFFFFFF0]
+    z = np.array([[-2.5, 12.5]], np.float32)  # scale 1, -min / scale = 2.5: zp 3 (half away from zero)
+    _, st = int4_twin.quantize_rotated(z)
+    assert st.view(np.uint32)[0] & 0xF == 3
+    s = int4_twin.signs(8)
+    assert s.tolist() == [1, -1, 1, 1, -1, -1, -1, -1]  # torch 2.13's draws (the C table's first byte, 0xf2)
+
+
+def test_nan_rows_equal_numpy_twin():
+    """NaN elements: min / max ignore them (fminf / fmaxf), their codes are 0 (NVIDIA's NaN -> int 0)."""
+    rng = np.random.default_rng(3)
+    d = 32
+    k = rng.standard_normal((3, 1, d)).astype(np.float32)
+    k[0, 0, 3] = np.nan  # the rotation spreads it: the whole row is NaN
+    page, kc, vc, ks, vs = caches(1, 16, 1, d)
+    store(k, k, kc, vc, ks, vs, np.arange(3, dtype=np.int64))
+    check(page, kc, vc, ks, vs, k, k, np.arange(3), d, "float32")
+
+
+def test_page_bytes_and_plan_equal_vllm(tmp_path):
+    import json
+    geo = {"num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 256,
+           "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(geo))
+    res = vt.resolve_kv_cache_dtype(FMT, tmp_path)
+    assert res.dtype == FMT and res.cache_dtype == FMT
+    plan = vt.plan_kv_cache(tmp_path, FMT, block_size=16, num_blocks=10)
+    assert plan.bytes_per_block == int4_twin.page_bytes(3, 16, 2, 64) == 3 * 2 * 16 * (64 + 8)
+
+
+def test_table_row():
+    i4 = vt.dtype_info(FMT)
+    assert (i4.scale_kind, i4.elem_bits, i4.quant_max, i4.quant_min, i4.numpy_name) == (
+        "token_head", 4, 15.0, 0.0, "uint8")
+    assert FMT in vt.PER_TOKEN_HEAD_DTYPES and FMT in vt.KV_CACHE_DTYPES
+
+
+def test_refusals_name_the_argument():
+    page, kc, vc, ks, vs = caches(1, 16, 1, 64)
+    before = page.copy()
+    k = np.ones((2, 1, 64), np.float32)
+    with pytest.raises(TypeError, match=r"reshape_and_cache_flash: key_cache must hold uint8 \(two 4-bit\) codes "
+                                        r"for kv_cache_dtype 'int4_per_token_head'; got int8"):
+        store(k, k, kc.view(np.int8), vc.view(np.int8), ks, vs, np.arange(2))
+    with pytest.raises(ValueError, match=r"key_cache must have shape \[num_blocks, block_size, H_kv, D / 2\] = "
+                                         r"\[1, 16, 1, 32\] .*or D / 2 \+ 4"):
+        store(k, k, np.zeros((1, 16, 1, 64), np.uint8), vc, ks, vs, np.arange(2))
+    with pytest.raises(ValueError, match=r"key must have an even head size for kv_cache_dtype 'int4_per_token_head'"):
+        store(np.ones((2, 1, 63), np.float32), np.ones((2, 1, 63), np.float32), kc, vc, ks, vs, np.arange(2))
+    with pytest.raises(ValueError, match=r"head_size must be even and at most 4096"):
+        p2, kc2, vc2, ks2, vs2 = caches(1, 16, 1, 2048 * 3)
+        store(np.ones((1, 1, 6144), np.float32), np.ones((1, 1, 6144), np.float32), kc2, vc2, ks2, vs2,
+              np.arange(1))
+    np.testing.assert_array_equal(page, before)
+    with pytest.raises(NotImplementedError, match=r"PagedKVCache: dtype 'int4_per_token_head' is not built"):
+        vt.PagedKVCache(1, 2, 16, 1, 64, FMT)
+    q = np.ones((1, 1, 64), np.float32)
+    with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'int4_per_token_head' is stored but not read"):
+        vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=np.array([0, 1], np.int32),
+                                  seqused_k=np.array([1], np.int32), block_table=np.array([[0]], np.int32),
+                                  kv_cache_dtype=FMT, k_scale_cache=ks, v_scale_cache=vs)
