@@ -32,7 +32,8 @@ def test_build_info_fields():
 
 def test_dtype_lists_come_from_the_table():
     names = [d.name for d in vt.DTYPES]
-    assert names == ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head"]
+    assert names == ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head",
+                     "int4_per_token_head"]
     assert vt.FP8_DTYPES == ("fp8_e4m3", "fp8_e5m2")
     assert vt.dtype_info("fp8").name == "fp8_e4m3" and vt.dtype_info("half").name == "float16"
     assert vt.dtype_info("fp8_e4m3").numpy_dtype == np.dtype(ml_dtypes.float8_e4m3fn)
