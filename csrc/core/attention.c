@@ -58,6 +58,15 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
         if (p->s_aux && !finite_f(p->s_aux[h]))
             return vt_error_set(err, VT_ERR_VALUE, FN ": s_aux must be finite; got %g at [%d]", (double)p->s_aux[h], h);
     }
+    if (p->kv_dtype == VT_DTYPE_INT4_PTH) {
+        if (p->head_size % 2 || vt_int4_rht_block(p->head_size) > VT_INT4_RHT_MAX)
+            return vt_error_set(err, VT_ERR_VALUE, FN ": q must have an even head size whose largest power-of-two "
+                                "divisor is <= %d for kv_cache_dtype 'int4_per_token_head'; got %d", VT_INT4_RHT_MAX,
+                                p->head_size);
+        if (!p->causal)
+            return vt_error_set(err, VT_ERR_VALUE, FN ": causal must be True for kv_cache_dtype "
+                                "'int4_per_token_head' (vLLM's int4 read is causal only); got False");
+    }
     if (vt_dtype_per_token_head(p->kv_dtype)) {
         if (!p->k_scale_cache || !p->v_scale_cache)
             return vt_error_set(err, VT_ERR_VALUE, FN ": k_scale_cache and v_scale_cache must be given for "
@@ -391,7 +400,8 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
     if (!p->q || !p->out || ((!p->k || !p->v) && p->num_blocks > 0))
         return vt_error_set(err, VT_ERR_VALUE, FN ": q, k, v and out must not be NULL");
     make_plan(p, num_threads, &pl, (void *)al, err);
-    vt_attn_tile_fn tile = vt_kernels_active()->attn_tile; /* every tile reads the per-token-head caches */
+    vt_attn_tile_fn tile = vt_kernels_active()->attn_tile; /* every tile reads the 8-bit per-token-head caches */
+    if (p->kv_dtype == VT_DTYPE_INT4_PTH) tile = vt_attn_tile_scalar; /* int4: the scalar twin only (Owed) */
     run_ctx ctx = {.p = p, .pl = &pl, .tile = tile};
     atomic_init(&ctx.next, 0);
     int nth = pl.nth;

@@ -37,11 +37,46 @@ static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
     }
 }
 
+/* int4_per_token_head: a row's codes minus the zero point (the scale is folded in by the caller), and the
+ * stored scale split into (masked scale, zero point). */
+static void load_int4_row(const uint8_t *src, float zp, float *dst, int n) {
+    for (int i = 0; i < n; i += 2) {
+        dst[i] = (float)(src[i / 2] & 0xFu) - zp;
+        dst[i + 1] = (float)(src[i / 2] >> 4) - zp;
+    }
+}
+
+static float int4_split(float stored, float *zp) {
+    uint32_t bits;
+    memcpy(&bits, &stored, 4);
+    *zp = (float)(bits & 0xFu);
+    bits &= ~0xFu;
+    float s;
+    memcpy(&s, &bits, 4);
+    return s;
+}
+
+/* int4: vLLM rotates each query row (single_rht, rounded to q's dtype) and reads with softmax_scale / b. */
+static void int4_rotate_q(const vt_attn_params *p, float *q, int D) {
+    vt_int4_rht(q, D, 0);
+    if (p->q_dtype != VT_DTYPE_F32) {
+        uint16_t tmp[VT_INT4_RHT_MAX];
+        const vt_codec_kernels *k = vt_kernels_active()->codec;
+        for (int o = 0; o < D; o += VT_INT4_RHT_MAX) {
+            int n = D - o < VT_INT4_RHT_MAX ? D - o : VT_INT4_RHT_MAX;
+            k->convert[VT_DTYPE_F32][p->q_dtype](q + o, tmp, (size_t)n);
+            k->convert[p->q_dtype][VT_DTYPE_F32](tmp, q + o, (size_t)n);
+        }
+    }
+}
+
 /* The rows of KV-head group g (one group of the tile). */
 static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, float *work, float *m, float *l,
                        float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
-    const float logit_mul = vt_attn_logit_mul(p, it->b, g);
+    const int int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
+    const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* the rotation's norm (H H = b I) */
+    const float logit_mul = vt_attn_logit_mul(p, it->b, g) / b4;
     const int64_t rows = it->nq * G;
     float *qf = work, *kf = work + rows * D, *vf = kf + D;
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX]; /* per query of the tile */
@@ -51,6 +86,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + qi) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
         load_row(p->q_dtype, src, qf + r * D, D);
+        if (int4) int4_rotate_q(p, qf + r * D, D);
         m[r] = -INFINITY;
         l[r] = 0.0f;
         for (int d = 0; d < D; d++) acc[r * D + d] = 0.0f;
@@ -69,11 +105,19 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             memcpy(&ks, a, sizeof ks);
             memcpy(&vs, c, sizeof vs);
         }
+        const uint8_t *krow = vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, g, j);
+        const uint8_t *vrow = vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, g, j);
+        if (int4) { /* keys (code - zp) * scale: the zero point off the codes, the masked scale on the logit */
+            float kz, vz;
+            ks = int4_split(ks, &kz);
+            vs = int4_split(vs, &vz);
+            load_int4_row(krow, kz, kf, D);
+            load_int4_row(vrow, vz, vf, D);
+        } else {
+            load_row(p->kv_dtype, krow, kf, D);
+            load_row(p->kv_dtype, vrow, vf, D);
+        }
         const float key_mul = pth ? logit_mul * ks : logit_mul;
-        load_row(p->kv_dtype, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, g, j),
-                 kf, D);
-        load_row(p->kv_dtype, vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, g, j),
-                 vf, D);
         for (int64_t r = 0; r < rows; r++) {
             int64_t qi = r / G;
             if (j < lo[qi] || j >= hi[qi]) continue;
@@ -102,6 +146,11 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             for (int d = 0; d < D; d++) acc[r * D + d] += pv * vf[d];
         }
     }
+    if (int4) /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
+        for (int64_t r = 0; r < rows; r++) {
+            vt_int4_rht(acc + r * D, D, 1);
+            for (int d = 0; d < D; d++) acc[r * D + d] /= b4;
+        }
 }
 
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,

@@ -184,8 +184,83 @@ def test_refusals_name_the_argument():
     np.testing.assert_array_equal(page, before)
     with pytest.raises(NotImplementedError, match=r"PagedKVCache: dtype 'int4_per_token_head' is not built"):
         vt.PagedKVCache(1, 2, 16, 1, 64, FMT)
-    q = np.ones((1, 1, 64), np.float32)
-    with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'int4_per_token_head' is stored but not read"):
-        vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=np.array([0, 1], np.int32),
-                                  seqused_k=np.array([1], np.int32), block_table=np.array([[0]], np.int32),
-                                  kv_cache_dtype=FMT, k_scale_cache=ks, v_scale_cache=vs)
+
+
+# ---- the read: flash_attn_varlen_func over int4 caches (the scalar twin on every ISA)
+
+
+def _hadamard64(b: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < b:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def reference(q, kdq, vdq, cu, sk, bt, d, q_dtype, dt):
+    """vLLM's int4 read (unified_attention_int4) over the twin-dequantized rotated cache: q rotated and
+    rounded to its dtype, softmax_scale / b, the output rotated back and / b; in float64 (dt) or float32."""
+    from tests.numerics.test_attention_oracle import attention_ref
+    b = int4_twin.block(d)
+    qr = int4_twin.round_to(int4_twin.rht(q.astype(np.float32)), q_dtype)
+    out, _ = attention_ref(qr.astype(dt), kdq.astype(dt), vdq.astype(dt), cu, sk, bt,
+                           softmax_scale=(1.0 / np.sqrt(d)) / b, dt=dt)
+    if dt == np.float64:
+        s = int4_twin.signs(b).astype(np.float64)
+        o = np.asarray(out, np.float64).reshape(*out.shape[:-1], d // b, b) @ _hadamard64(b)
+        return (o * s / b).reshape(out.shape)
+    return (int4_twin.rht(np.asarray(out, np.float32), inverse=True) / np.float32(b)).astype(np.float32)
+
+
+def read_case(rng, d, H, hkv, q_lens, k_lens, *, q_dtype="float32", bs=16):
+    nb = sum(-(-k // bs) for k in k_lens) + 2
+    page, kc, vc, ks, vs = caches(nb, bs, hkv, d)  # unused slots keep scale NaN: a wrong read turns NaN
+    perm = rng.permutation(nb)
+    mb = max(-(-k // bs) for k in k_lens)
+    bt = np.full((len(k_lens), mb), perm[-1], np.int32)
+    o = 0
+    for i, kl in enumerate(k_lens):
+        n = -(-kl // bs)
+        bt[i, :n] = perm[o:o + n]
+        o += n
+        j = np.arange(kl)
+        slots = bt[i, j // bs].astype(np.int64) * bs + j % bs
+        store(rows(rng, kl, hkv, d), rows(rng, kl, hkv, d), kc, vc, ks, vs, slots)
+    q = rng.standard_normal((sum(q_lens), H, d)).astype(SRC[q_dtype])
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    kdq = int4_twin.dequantize(kc[..., : d // 2], ks)
+    vdq = int4_twin.dequantize(vc[..., : d // 2], vs)
+    return q, kc, vc, ks, vs, kdq, vdq, cu, np.asarray(k_lens, np.int32), bt
+
+
+@pytest.mark.parametrize("q_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (8, 1)])
+@pytest.mark.parametrize("d", [64, 80])
+def test_attention_matches_the_rotated_reference(isa, d, heads, q_dtype):
+    H, hkv = heads
+    rng = np.random.default_rng(d + H + hkv)
+    q, kc, vc, ks, vs, kdq, vdq, cu, sk, bt = read_case(rng, d, H, hkv, [1, 6, 1], [30, 45, 70], q_dtype=q_dtype)
+    out = vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=FMT,
+                                    k_scale_cache=ks, v_scale_cache=vs, num_threads=2)
+    out = np.asarray(out).astype(np.float64)
+    ref = reference(q, kdq, vdq, cu, sk, bt, d, q_dtype, np.float64)
+    naive = reference(q, kdq, vdq, cu, sk, bt, d, q_dtype, np.float32)
+    assert np.isfinite(out).all(), "NaN: a poisoned (unused) slot was read"
+    floor = 16 * 2.0**-24 * np.abs(ref).max()
+    if q_dtype == "bfloat16":  # ours rounds the output to bf16 once, vLLM twice: the bf16 output ulp
+        floor += 2.0**-8 * np.abs(ref).max()
+    err, err_naive = np.abs(out - ref).max(), np.abs(naive.astype(np.float64) - ref).max()
+    assert err <= 2 * err_naive + floor, f"error {err:.3g} > 2 x naive {err_naive:.3g} + {floor:.3g}"
+
+
+def test_attention_refusals():
+    rng = np.random.default_rng(0)
+    q, kc, vc, ks, vs, *_ , cu, sk, bt = read_case(rng, 64, 2, 1, [1], [10])
+    kw = dict(cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=FMT, k_scale_cache=ks, v_scale_cache=vs)
+    with pytest.raises(ValueError, match=r"causal must be True for kv_cache_dtype 'int4_per_token_head'"):
+        vt.flash_attn_varlen_func(q, kc, vc, causal=False, **kw)
+    with pytest.raises(TypeError, match=r"k must hold uint8 \(two 4-bit\) codes for kv_cache_dtype "
+                                        r"'int4_per_token_head'; got int8"):
+        vt.flash_attn_varlen_func(q, kc.view(np.int8), vc.view(np.int8), **kw)
+    with pytest.raises(ValueError, match=r"k must have shape \[num_blocks, block_size, num_kv_heads, 32 or "
+                                         r"D / 2 \+ 4\]"):
+        vt.flash_attn_varlen_func(q, kc[..., :30], vc[..., :30], **kw)

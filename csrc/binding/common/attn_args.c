@@ -193,15 +193,17 @@ static int check_shapes(vt_attn_call *c) {
                      (long long)k->shape[1], (long long)HKV, (long long)k->shape[3]);
             return vt_shape_error(FN, "v", want, v);
         }
-    if (c->kv_flag == VT_DTYPE_INT4_PTH) { /* its rotated read is owed (kv-formats.md) */
-        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype 'int4_per_token_head' is stored but not read yet "
-                     "(no attention over its rotated int4 codes)", FN);
+    const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
+    const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
+    if (int4 && D % 2) {
+        PyErr_Format(PyExc_ValueError, "%s: q must have an even head size for kv_cache_dtype 'int4_per_token_head' "
+                     "(two codes per byte); got %lld", FN, (long long)D);
         return -1;
     }
-    const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
-    if (k->shape[3] != D && !(pth && k->shape[3] == D + 4)) { /* D + 4: vLLM's padded per-token-head views */
-        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size)", (long long)D,
-                 pth ? " or D + 4" : "");
+    const int64_t row = int4 ? D / 2 : D; /* code elements (bytes for int4) of one head row */
+    if (k->shape[3] != row && !(pth && k->shape[3] == row + 4)) { /* + 4: vLLM's padded per-token-head views */
+        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size%s)",
+                 (long long)row, pth ? (int4 ? " or D / 2 + 4" : " or D + 4") : "", int4 ? " / 2" : "");
         return vt_shape_error(FN, "k", want, k);
     }
     if (HKV < 1 || H % HKV) {
@@ -236,10 +238,12 @@ static int check_shapes(vt_attn_call *c) {
 static int resolve_per_token_head(vt_attn_call *c) {
     const vt_dtype_info *di = vt_dtype_get(c->kv_flag);
     const vt_elem e = c->k.elem;
-    int ok = di->is_int ? e == VT_ELEM_I8 : (e == VT_ELEM_U8 || e == VT_ELEM_E4M3);
+    const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
+    int ok = int4 ? e == VT_ELEM_U8 : di->is_int ? e == VT_ELEM_I8 : (e == VT_ELEM_U8 || e == VT_ELEM_E4M3);
     if (!ok) {
         PyErr_Format(PyExc_TypeError, "%s: k must hold %s codes for kv_cache_dtype '%s'; got %s", FN,
-                     di->is_int ? "int8" : "uint8 or float8_e4m3fn", c->kv_name, c->k.dtype_name);
+                     int4 ? "uint8 (two 4-bit)" : di->is_int ? "int8" : "uint8 or float8_e4m3fn", c->kv_name,
+                     c->k.dtype_name);
         return -1;
     }
     if (!c->k_scale_cache.owner || !c->v_scale_cache.owner) {
