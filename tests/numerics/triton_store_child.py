@@ -1,6 +1,10 @@
 """Child process of tests/numerics/test_kv_formats_triton.py: runs vLLM's own
-per-token-head store kernel (``_reshape_cache_per_token_head`` of the pinned
-wheel's triton_reshape_and_cache_flash.py) in Triton's CPU interpreter.
+per-token-head stores in Triton's CPU interpreter: ``_reshape_cache_per_token_head``
+of the pinned wheel's triton_reshape_and_cache_flash.py (int8, fp8), and for
+int4 the whole ``reshape_and_cache_int4`` of int4_per_token_head.py (its
+randomized Hadamard rotation takes vLLM's CPU path, the torch butterfly, then
+``_reshape_cache_int4_kernel``), compiled from the wheel's text with stubs
+only for the platform query.
 
     python tests/numerics/triton_store_child.py DIR
 
@@ -38,12 +42,85 @@ def _cast_probe(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + i, tl.load(x_ptr + i, mask=m), mask=m)
 
 
+@triton.jit
+def _int32_probe(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=m).to(tl.int32), mask=m)
+
+
+class _CPUPlatform:
+    """vLLM's current_platform as seen on this machine: no CUDA, ROCm or XPU."""
+
+    def is_cuda(self):
+        return False
+
+    is_rocm = is_xpu = is_cuda
+
+    def has_device_capability(self, *_):
+        return False
+
+
+def int4_store(src):
+    """vLLM's reshape_and_cache_int4 from the wheel's text."""
+    py_names = ["_INT4_PACKING_FACTOR", "_HADACORE_AVAILABLE", "_hadacore_available", "_TRITON_HADAMARD_MIN_D",
+                "_TRITON_HADAMARD_MAX_D", "fast_hadamard_transform", "_RHT_SIGNS_CACHE", "_get_rht_signs",
+                "single_rht", "_run_reshape_kernel", "reshape_and_cache_int4"]
+    math = upstream.extract(src.read(upstream.F_MATH_UTILS), ["largest_power_of_2_divisor"])
+    ns = upstream.triton_kernels(src, upstream.F_INT4_PTH, ["pack_int4_nibbles", "_reshape_cache_int4_kernel"],
+                                 {"torch": torch, "current_platform": _CPUPlatform(),
+                                  "largest_power_of_2_divisor": math["largest_power_of_2_divisor"]})
+    py = upstream.extract(src.read(upstream.F_INT4_PTH), py_names, ns)
+    return py["reshape_and_cache_int4"], py["single_rht"]
+
+
+def _int4_trust(rot: torch.Tensor) -> torch.Tensor:
+    """[T, H] True where no float -> int32 conversion of the int4 kernel leaves
+    int32's range: the interpreter converts out-of-range values as NumPy does
+    (not saturating: +inf -> INT_MIN), NVIDIA's cvt.rzi.s32.f32 saturates, so
+    such rows (e.g. a constant row of -3e38: -min / 1e-6 = inf) are not
+    compared. ``rot`` is the rotated row the kernel reads, float32."""
+    big = 2.0 ** 31
+    with torch.no_grad():
+        mn = torch.nan_to_num(rot, nan=float("inf")).amin(-1)
+        mx = torch.nan_to_num(rot, nan=float("-inf")).amax(-1)
+        scale = torch.clamp((mx - mn) / 15.0, min=1e-6)
+        zp_t = -mn / scale
+        zp = torch.clamp(torch.where(zp_t >= 0, zp_t + 0.5, zp_t - 0.5).nan_to_num(nan=0.0).clamp(-big, big).trunc(),
+                         0, 15)
+        t = rot * (1.0 / scale)[..., None] + zp[..., None]
+        ok = (zp_t.abs() < big - 1) | zp_t.isnan()
+        return ok & ((t.abs() < big - 1) | t.isnan()).all(-1)
+
+
+def _inputs(case: dict):
+    key, value = (torch.from_numpy(case[n]) for n in ("key", "value"))
+    view = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(str(case["src"]))
+    if view is not None:
+        key, value = key.view(view), value.view(view)
+    return key, value
+
+
+def run_int4(fns, case: dict) -> dict:
+    store, rht = fns
+    nb, bs = int(case["nb"]), int(case["bs"])
+    key, value = _inputs(case)
+    T, H, D = key.shape
+    kc = torch.zeros((nb, bs, H, D // 2), dtype=torch.uint8)
+    vc = torch.zeros_like(kc)
+    ks = torch.ones((nb, bs, H), dtype=torch.float32)
+    vs = torch.ones_like(ks)
+    store(key, value, kc, vc, torch.from_numpy(case["slots"]), k_scale_cache=ks, v_scale_cache=vs)
+    keep = torch.from_numpy(case["slots"]) >= 0
+    trust = {f"{n}_trust": _int4_trust(rht(x[keep].float()).to(x.dtype).float()).numpy()
+             for n, x in (("k", key), ("v", value))}
+    return {"kc": kc.numpy(), "vc": vc.numpy(), "ks": ks.numpy(), "vs": vs.numpy(), **trust}
+
+
 def run_case(kernel, case: dict) -> dict:
     fmt = str(case["fmt"])
     nb, bs = int(case["nb"]), int(case["bs"])
-    key, value = (torch.from_numpy(case[n]) for n in ("key", "value"))
-    if str(case["src"]) == "bfloat16":
-        key, value = key.view(torch.bfloat16), value.view(torch.bfloat16)
+    key, value = _inputs(case)
     T, H, D = key.shape
     code = torch.int8 if fmt == "int8_per_token_head" else torch.float8_e4m3fn
     qmax, qmin = (127.0, -128.0) if code == torch.int8 else (FP8_MAX, -FP8_MAX)
@@ -77,10 +154,12 @@ def run_case(kernel, case: dict) -> dict:
 def main(d: str) -> None:
     src = upstream.locate()
     kernel = upstream.triton_kernel(src, upstream.F_TRITON_STORE, "_reshape_cache_per_token_head")
+    int4 = int4_store(src)
     for name in sorted(os.listdir(d)):
         if name.startswith("case_") and name.endswith(".npz"):
             with np.load(os.path.join(d, name)) as z:
-                res = run_case(kernel, dict(z))
+                case = dict(z)
+            res = run_int4(int4, case) if str(case["fmt"]) == "int4_per_token_head" else run_case(kernel, case)
             np.savez(os.path.join(d, "out_" + name[len("case_"):]), **res)
 
 

@@ -45,6 +45,8 @@ F_CONFIG = "vllm/transformers_utils/config.py"
 F_WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"
 F_CACHE = "vllm/config/cache.py"
 F_TRITON_STORE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
+F_INT4_PTH = "vllm/v1/attention/ops/int4_per_token_head.py"
+F_MATH_UTILS = "vllm/utils/math_utils.py"
 F_KV_CACHE = "vllm/model_executor/layers/quantization/kv_cache.py"
 
 
@@ -198,14 +200,17 @@ def extract(source_text: str, names: list[str], namespace: dict[str, Any] | None
 
 
 
-def triton_kernel(src: Source, relpath: str, name: str) -> Any:
-    """The ``@triton.jit`` kernel ``name`` of ``relpath``, compiled as written
-    (decorator and ``tl.constexpr`` / ``tl.int64`` annotations kept) against
-    the installed triton, in a namespace holding only ``tl`` and ``triton``.
+def triton_kernels(src: Source, relpath: str, names: list[str], namespace: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """The ``@triton.jit`` functions ``names`` of ``relpath`` compiled as
+    written (decorators and ``tl.constexpr`` / ``tl.int64`` annotations
+    kept) against the installed triton, into one namespace holding ``tl``,
+    ``triton``, ``namespace`` and each other (a kernel may call a jit helper
+    compiled before it). Returns that namespace.
 
     The file's text is registered with :mod:`linecache` under a synthetic
-    name so that triton's ``inspect.getsource`` finds the kernel's lines.
-    Set ``TRITON_INTERPRET=1`` before importing triton to run it on CPU
+    name so that triton's ``inspect.getsource`` finds the kernels' lines.
+    Set ``TRITON_INTERPRET=1`` before importing triton to run them on CPU
     tensors. Raises ImportError when triton is missing."""
     import triton
     import triton.language as tl
@@ -213,10 +218,18 @@ def triton_kernel(src: Source, relpath: str, name: str) -> Any:
     text = src.read(relpath)
     fname = f"<vllm {src.version or 'tree'} {relpath}>"
     linecache.cache[fname] = (len(text), None, text.splitlines(True), fname)
-    node = find_node(ast.parse(text), name)
+    tree = ast.parse(text)
     ns: dict[str, Any] = {"__name__": "vtinfer_upstream_triton", "tl": tl, "triton": triton}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), fname, "exec"), ns)
-    return ns[name]
+    ns.update(namespace or {})
+    for name in names:
+        exec(compile(ast.Module(body=[find_node(tree, name)], type_ignores=[]), fname, "exec"), ns)
+    return ns
+
+
+def triton_kernel(src: Source, relpath: str, name: str) -> Any:
+    """One kernel of :func:`triton_kernels`."""
+    return triton_kernels(src, relpath, [name])[name]
+
 
 def cache_dtype_literal(src: Source) -> list[str]:
     """The values of ``CacheDType`` (vLLM's accepted --kv-cache-dtype)."""
