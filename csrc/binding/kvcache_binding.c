@@ -30,7 +30,8 @@ static int cache_scale_parse(const vt_kv_cache *c, PyObject *obj, const char *ar
     if (!a) return -1;
     int nd = PyArray_NDIM(a);
     npy_intp *sh = PyArray_DIMS(a);
-    const int64_t L = c->cfg.num_layers, H = c->cfg.num_kv_heads;
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(c);
+    const int64_t L = g->num_layers, H = g->num_kv_heads;
     if (nd == 0) *mode = VT_KV_SCALE_TENSOR;
     else if (nd == 1 && sh[0] == L) *mode = VT_KV_SCALE_LAYER;
     else if (nd == 1 && sh[0] == 1) *mode = VT_KV_SCALE_TENSOR;
@@ -70,9 +71,10 @@ static int cache_set_scales(vt_module_state *st, vt_kv_cache *c, PyObject *k_obj
 }
 
 static PyObject *cache_get_scales(const vt_kv_cache *c, int which) {
-    const float *src = which ? c->v_scale : c->k_scale;
-    vt_kv_scale_mode mode = which ? c->v_scale_mode : c->k_scale_mode;
-    const int64_t L = c->cfg.num_layers, H = c->cfg.num_kv_heads;
+    vt_kv_scale_mode mode;
+    const float *src = vt_kv_cache_scales(c, which, &mode);
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(c);
+    const int64_t L = g->num_layers, H = g->num_kv_heads;
     npy_intp dims[2] = {(npy_intp)L, (npy_intp)H};
     int nd = mode == VT_KV_SCALE_TENSOR ? 0 : mode == VT_KV_SCALE_LAYER ? 1 : 2;
     PyObject *a = PyArray_SimpleNew(nd, dims, NPY_FLOAT32);
@@ -158,7 +160,7 @@ static void kv_dealloc(PyObject *op) {
 }
 
 int vt_kv_require_storage(KVCacheObject *self, const char *fn) {
-    if (!self->c->data) {
+    if (vt_kv_cache_is_released(self->c)) {
         PyErr_Format(PyExc_ValueError, "%s: the cache must hold storage; got a released cache", fn);
         return -1;
     }
@@ -175,9 +177,9 @@ int vt_kv_layer_arg(KVCacheObject *self, PyObject *obj, const char *fn, int64_t 
         PyErr_Clear();
         v = -1;
     }
-    if (v < 0 || v >= self->c->cfg.num_layers) {
+    if (v < 0 || v >= vt_kv_cache_get_config(self->c)->num_layers) {
         PyErr_Format(PyExc_IndexError, "%s: layer must be in [0, %lld); got %R", fn,
-                     (long long)self->c->cfg.num_layers, obj);
+                     (long long)vt_kv_cache_get_config(self->c)->num_layers, obj);
         return -1;
     }
     *layer = v;
@@ -198,7 +200,7 @@ static void layer_region(const KVCacheObject *self, int64_t layer, int which, vt
     t->elem = VT_ELEM_U8;
     t->itemsize = 1;
     t->ndim = 1;
-    t->shape[0] = (int64_t)self->c->kv_bytes;
+    t->shape[0] = (int64_t)vt_kv_cache_kv_bytes(self->c);
     t->strides[0] = 1;
 }
 
@@ -231,8 +233,8 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
     if (vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_store_call in = {.fn = fn, .mem = VT_MEMORY_CPU};
-    if (vt_store_pin_inputs(&in, cpu_pin, st, k_obj, v_obj, s_obj, self->c->cfg.num_kv_heads,
-                            self->c->cfg.head_size) < 0 ||
+    if (vt_store_pin_inputs(&in, cpu_pin, st, k_obj, v_obj, s_obj, vt_kv_cache_get_config(self->c)->num_kv_heads,
+                            vt_kv_cache_get_config(self->c)->head_size) < 0 ||
         vt_copy_inputs_contiguous(st, &in) < 0 || refuse_inputs_in_layer(self, fn, layer, &in) < 0) {
         vt_store_release(&in);
         return NULL;
@@ -279,7 +281,7 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     Py_DECREF(sl);
     if (!s64) return NULL;
     npy_intp n = PyArray_SIZE((PyArrayObject *)s64);
-    const vt_kv_cache_config *g = &self->c->cfg;
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(self->c);
     npy_intp dims[3] = {n, (npy_intp)g->num_kv_heads, (npy_intp)g->head_size};
     PyObject *k = PyArray_SimpleNew(3, dims, NPY_FLOAT32);
     PyObject *v = k ? PyArray_SimpleNew(3, dims, NPY_FLOAT32) : NULL;
@@ -321,16 +323,19 @@ static PyObject *kv_release(PyObject *op, PyObject *unused) {
 static PyObject *kv_repr(PyObject *op) {
     KVCacheObject *self = (KVCacheObject *)op;
     const vt_kv_cache *c = self->c;
-    const vt_kv_cache_config *g = &c->cfg;
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(c);
     static const char *const modes[3] = {"per-tensor", "per-layer", "per-layer-and-head"};
+    vt_kv_scale_mode km, vm;
+    (void)vt_kv_cache_scales(c, 0, &km);
+    (void)vt_kv_cache_scales(c, 1, &vm);
     char buf[512];
     snprintf(buf, sizeof buf,
              "PagedKVCache(num_layers=%lld, num_blocks=%lld, block_size=%lld, num_kv_heads=%lld, head_size=%lld, "
              "dtype='%s', layout='%s', page_bytes=%zu, nbytes=%zu, k_scale=%s, v_scale=%s%s)",
              (long long)g->num_layers, (long long)g->num_blocks, (long long)g->block_size,
              (long long)g->num_kv_heads, (long long)g->head_size, vt_dtype_get(g->dtype)->name, layout_name(g->layout),
-             c->page_bytes, c->nbytes, modes[c->k_scale_mode], modes[c->v_scale_mode],
-             c->data ? "" : ", released");
+             vt_kv_cache_page_bytes(c), vt_kv_cache_nbytes(c), modes[km], modes[vm],
+             vt_kv_cache_is_released(c) ? ", released" : "");
     return PyUnicode_FromString(buf);
 }
 
@@ -343,27 +348,27 @@ static PyObject *kv_repr(PyObject *op) {
         (void)c;                                                         \
         return PyLong_FromLongLong((long long)(expr));                   \
     }
-KV_INT_GETTER(num_layers, c->cfg.num_layers)
-KV_INT_GETTER(num_blocks, c->cfg.num_blocks)
-KV_INT_GETTER(block_size, c->cfg.block_size)
-KV_INT_GETTER(num_kv_heads, c->cfg.num_kv_heads)
-KV_INT_GETTER(head_size, c->cfg.head_size)
-KV_INT_GETTER(page_bytes, c->page_bytes)
-KV_INT_GETTER(nbytes, c->nbytes)
-KV_INT_GETTER(element_size, c->elem_bytes)
+KV_INT_GETTER(num_layers, vt_kv_cache_get_config(c)->num_layers)
+KV_INT_GETTER(num_blocks, vt_kv_cache_get_config(c)->num_blocks)
+KV_INT_GETTER(block_size, vt_kv_cache_get_config(c)->block_size)
+KV_INT_GETTER(num_kv_heads, vt_kv_cache_get_config(c)->num_kv_heads)
+KV_INT_GETTER(head_size, vt_kv_cache_get_config(c)->head_size)
+KV_INT_GETTER(page_bytes, vt_kv_cache_page_bytes(c))
+KV_INT_GETTER(nbytes, vt_kv_cache_nbytes(c))
+KV_INT_GETTER(element_size, vt_kv_cache_elem_bytes(c))
 KV_INT_GETTER(exports, atomic_load(&((KVCacheObject *)op)->exports))
 
 static PyObject *kv_get_dtype(PyObject *op, void *closure) {
     (void)closure;
-    return PyUnicode_FromString(vt_dtype_get(((KVCacheObject *)op)->c->cfg.dtype)->name);
+    return PyUnicode_FromString(vt_dtype_get(vt_kv_cache_get_config(((KVCacheObject *)op)->c)->dtype)->name);
 }
 static PyObject *kv_get_layout(PyObject *op, void *closure) {
     (void)closure;
-    return PyUnicode_FromString(layout_name(((KVCacheObject *)op)->c->cfg.layout));
+    return PyUnicode_FromString(layout_name(vt_kv_cache_get_config(((KVCacheObject *)op)->c)->layout));
 }
 static PyObject *kv_get_released(PyObject *op, void *closure) {
     (void)closure;
-    return PyBool_FromLong(((KVCacheObject *)op)->c->data == NULL);
+    return PyBool_FromLong(vt_kv_cache_is_released(((KVCacheObject *)op)->c));
 }
 static PyObject *kv_get_k_scale(PyObject *op, void *closure) {
     (void)closure;

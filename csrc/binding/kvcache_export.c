@@ -33,7 +33,7 @@ static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
     vt_module_state *st = vt_state_from_type(Py_TYPE(self));
     int64_t layer;
     if (!st || vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
-    const vt_kv_cache_config *g = &self->c->cfg;
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(self->c);
     npy_intp dims[4] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads,
                         (npy_intp)g->head_size};
     if (g->layout == VT_KV_LAYOUT_HND) {
@@ -71,7 +71,7 @@ static PyObject *kv_scale_view(KVCacheObject *self, PyObject *layer_obj, int whi
     vt_module_state *st = vt_state_from_type(Py_TYPE(self));
     int64_t layer;
     if (!st || vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
-    const vt_kv_cache_config *g = &self->c->cfg;
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(self->c);
     if (!vt_dtype_per_token_head(g->dtype)) {
         PyErr_Format(PyExc_ValueError, "%s: the cache must have a per-token-head dtype; got '%s'", fn,
                      vt_dtype_get(g->dtype)->name);
@@ -140,8 +140,8 @@ static void dl_capsule_destroy(PyObject *cap) {
  * which 0/1: K or V of a layer. */
 static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which, int versioned) {
     const vt_kv_cache *c = self->c;
-    const vt_kv_cache_config *g = &c->cfg;
-    const int64_t es = (int64_t)c->elem_bytes, region = (int64_t)(c->region_bytes / c->elem_bytes);
+    const vt_kv_cache_config *g = vt_kv_cache_get_config(c);
+    const int64_t es = (int64_t)vt_kv_cache_elem_bytes(c), region = (int64_t)(vt_kv_cache_region_bytes(c) / vt_kv_cache_elem_bytes(c));
     dl_export *e = PyMem_RawCalloc(1, sizeof *e);
     if (!e) return PyErr_NoMemory();
     int64_t inner[4] = {g->num_blocks, g->block_size, g->num_kv_heads, g->head_size};

@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kvcache_internal.h"
 #include "vt_internal.h"
-#include "vtinfer/kvcache.h"
 
 #define KV_ALIGN ((size_t)64)
 
@@ -297,4 +297,19 @@ vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t 
         }
     }
     return VT_OK;
+}
+
+/* ---- accessors (vt_kv_cache is opaque outside the core) ---- */
+
+const vt_kv_cache_config *vt_kv_cache_get_config(const vt_kv_cache *c) { return &c->cfg; }
+size_t vt_kv_cache_elem_bytes(const vt_kv_cache *c) { return c->elem_bytes; }
+size_t vt_kv_cache_kv_bytes(const vt_kv_cache *c) { return c->kv_bytes; }
+size_t vt_kv_cache_region_bytes(const vt_kv_cache *c) { return c->region_bytes; }
+size_t vt_kv_cache_page_bytes(const vt_kv_cache *c) { return c->page_bytes; }
+size_t vt_kv_cache_nbytes(const vt_kv_cache *c) { return c->nbytes; }
+int vt_kv_cache_is_released(const vt_kv_cache *c) { return c->data == NULL; }
+
+const float *vt_kv_cache_scales(const vt_kv_cache *c, int which, vt_kv_scale_mode *mode) {
+    if (mode) *mode = which ? c->v_scale_mode : c->k_scale_mode;
+    return which ? c->v_scale : c->k_scale;
 }

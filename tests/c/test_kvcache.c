@@ -162,13 +162,24 @@ static void test_cache_round_trip(void) {
     vt_error err;
     CHECK(vt_kv_cache_create(&g, &c, &err) == VT_OK, "%s", err.message);
     if (!c) return;
-    CHECK(((uintptr_t)c->data % 64) == 0, "alignment");
+    CHECK(((uintptr_t)vt_kv_cache_layer_data(c, 0, 0) % 64) == 0, "alignment");
+    /* the accessors (vt_kv_cache is opaque): sizes worked out by hand for L=2, blocks=4, bs=4, H=2, D=16, fp8 */
+    const vt_kv_cache_config *gc = vt_kv_cache_get_config(c);
+    CHECK(gc->num_layers == 2 && gc->num_blocks == 4 && gc->block_size == 4 && gc->num_kv_heads == 2 &&
+              gc->head_size == 16 && gc->dtype == VT_DTYPE_FP8_E4M3 && gc->layout == VT_KV_LAYOUT_HND,
+          "config");
+    CHECK(vt_kv_cache_elem_bytes(c) == 1 && vt_kv_cache_kv_bytes(c) == 512 && vt_kv_cache_region_bytes(c) == 512,
+          "element / region bytes");
+    CHECK(vt_kv_cache_page_bytes(c) == 2 * 2 * 4 * 2 * 16 && vt_kv_cache_nbytes(c) == 2 * 2 * 512, "page / total bytes");
+    CHECK((char *)vt_kv_cache_layer_data(c, 1, 1) - (char *)vt_kv_cache_layer_data(c, 0, 0) == 3 * 512, "layer spacing");
+    CHECK(!vt_kv_cache_is_released(c), "not released");
     float k[2] = {0.5f, 4.0f}, v[4] = {1.0f, 2.0f, 3.0f, 4.0f};
     CHECK(vt_kv_cache_set_scales(c, VT_KV_SCALE_LAYER, k, VT_KV_SCALE_HEAD, v, &err) == VT_OK, "%s", err.message);
     float bad[1] = {-1.0f};
     CHECK(vt_kv_cache_set_scales(c, VT_KV_SCALE_TENSOR, bad, VT_KV_SCALE_TENSOR, NULL, &err) == VT_ERR_VALUE,
           "negative");
-    CHECK(c->k_scale[2] == 4.0f && c->k_scale_mode == VT_KV_SCALE_LAYER, "scales kept after refusal");
+    vt_kv_scale_mode kmode;
+    CHECK(vt_kv_cache_scales(c, 0, &kmode)[2] == 4.0f && kmode == VT_KV_SCALE_LAYER, "scales kept after refusal");
     float y[2 * 2 * 16], yv[2 * 2 * 16];
     float src[2 * 2 * 16];
     for (int i = 0; i < 64; i++) src[i] = (float)(i % 13) - 6.0f;
@@ -184,6 +195,7 @@ static void test_cache_round_trip(void) {
     }
     CHECK(vt_kv_cache_store(c, 2, src, 0, 0, src, 0, 0, VT_DTYPE_F32, slots, 2, 1, &err) == VT_ERR_INDEX, "layer");
     vt_kv_cache_release(c);
+    CHECK(vt_kv_cache_is_released(c), "released flag");
     CHECK(vt_kv_cache_gather(c, 1, slots, 2, y, yv, &err) == VT_ERR_VALUE, "released");
     vt_kv_cache_free(c);
 }

@@ -98,25 +98,26 @@ typedef enum vt_kv_scale_mode {
     VT_KV_SCALE_HEAD = 2      /* [num_layers, num_kv_heads] */
 } vt_kv_scale_mode;
 
-/* The storage: one 64-byte aligned allocation, zero-filled, laid out as
- * [num_layers][2 (K, V)][layer_stride_bytes / 2] with each K and V region
- * 64-byte aligned (kv_bytes rounded up to 64 bytes). */
-typedef struct vt_kv_cache {
-    vt_kv_cache_config cfg;
-    size_t elem_bytes;
-    size_t kv_bytes;        /* bytes of one layer's K (or V): num_blocks * block_size * H * D * elem */
-    size_t region_bytes;    /* kv_bytes rounded up to 64 */
-    size_t page_bytes;      /* one block over all layers, K and V: 2 * L * block_size * H * D * elem
-                             * (+ 8 * L * block_size * H for the scale planes of a per-token-head dtype) */
-    size_t nbytes;          /* the allocation: 2 * L * (region_bytes + scale_region_bytes) */
-    unsigned char *data;    /* NULL after vt_kv_cache_release */
-    vt_kv_scale_mode k_scale_mode, v_scale_mode; /* the shapes the scales were given in */
-    float *k_scale, *v_scale; /* [num_layers * num_kv_heads] each, always expanded */
-    /* Per-token-head dtypes (page_layout VT_PAGE_SCALE_PLANES): after the 2 * L code regions, one
-     * float32 [num_blocks, block_size, num_kv_heads] plane per layer for K and one for V, each
-     * scale_region_bytes (64-byte multiple) long, [L][K, V] order. 0 otherwise. */
-    size_t scale_region_bytes;
-} vt_kv_cache;
+/* A paged KV cache: one 64-byte aligned allocation, zero-filled, laid out
+ * as [num_layers][2 (K, V)][region] with each K and V region 64-byte
+ * aligned (a per-token-head dtype adds one float32 scale plane per layer
+ * and K/V after the codes). Opaque: read it through the accessors below
+ * (the definition is the core's, csrc/core/kvcache_internal.h). */
+typedef struct vt_kv_cache vt_kv_cache;
+
+/* Accessors; c must be a cache from vt_kv_cache_create (released or not). */
+VT_API const vt_kv_cache_config *vt_kv_cache_get_config(const vt_kv_cache *c); /* the geometry it was made with */
+VT_API size_t vt_kv_cache_elem_bytes(const vt_kv_cache *c);   /* bytes of one stored element */
+VT_API size_t vt_kv_cache_kv_bytes(const vt_kv_cache *c);     /* one layer's K (or V): blocks*block_size*H*D*elem */
+VT_API size_t vt_kv_cache_region_bytes(const vt_kv_cache *c); /* kv_bytes rounded up to 64 (layer_data's spacing) */
+VT_API size_t vt_kv_cache_page_bytes(const vt_kv_cache *c);   /* one block over all layers, K and V (+ scale planes) */
+VT_API size_t vt_kv_cache_nbytes(const vt_kv_cache *c);       /* the whole allocation */
+VT_API int vt_kv_cache_is_released(const vt_kv_cache *c);     /* 1 after vt_kv_cache_release */
+/* The K (which = 0) or V (which = 1) scales, always expanded to
+ * [num_layers * num_kv_heads] (read-only; valid until the next
+ * vt_kv_cache_set_scales or vt_kv_cache_free); *mode (may be NULL)
+ * receives the shape they were given in. */
+VT_API const float *vt_kv_cache_scales(const vt_kv_cache *c, int which, vt_kv_scale_mode *mode);
 
 /* The K (which = 0) or V (which = 1) scale plane of `layer` of a per-token-head cache
  * (float32 [num_blocks, block_size, num_kv_heads], contiguous); NULL for other dtypes, out of

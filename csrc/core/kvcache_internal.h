@@ -1,0 +1,28 @@
+/* The paged KV cache's definition, private to the core (the public
+ * header kvcache.h declares vt_kv_cache opaque, with accessors). */
+#ifndef VTINFER_KVCACHE_INTERNAL_H
+#define VTINFER_KVCACHE_INTERNAL_H
+
+#include "vtinfer/kvcache.h"
+
+/* The storage: one 64-byte aligned allocation, zero-filled, laid out as
+ * [num_layers][2 (K, V)][layer_stride_bytes / 2] with each K and V region
+ * 64-byte aligned (kv_bytes rounded up to 64 bytes). */
+struct vt_kv_cache {
+    vt_kv_cache_config cfg;
+    size_t elem_bytes;
+    size_t kv_bytes;        /* bytes of one layer's K (or V): num_blocks * block_size * H * D * elem */
+    size_t region_bytes;    /* kv_bytes rounded up to 64 */
+    size_t page_bytes;      /* one block over all layers, K and V: 2 * L * block_size * H * D * elem
+                             * (+ 8 * L * block_size * H for the scale planes of a per-token-head dtype) */
+    size_t nbytes;          /* the allocation: 2 * L * (region_bytes + scale_region_bytes) */
+    unsigned char *data;    /* NULL after vt_kv_cache_release */
+    vt_kv_scale_mode k_scale_mode, v_scale_mode; /* the shapes the scales were given in */
+    float *k_scale, *v_scale; /* [num_layers * num_kv_heads] each, always expanded */
+    /* Per-token-head dtypes (page_layout VT_PAGE_SCALE_PLANES): after the 2 * L code regions, one
+     * float32 [num_blocks, block_size, num_kv_heads] plane per layer for K and one for V, each
+     * scale_region_bytes (64-byte multiple) long, [L][K, V] order. 0 otherwise. */
+    size_t scale_region_bytes;
+};
+
+#endif /* VTINFER_KVCACHE_INTERNAL_H */
