@@ -60,22 +60,28 @@ def _fp8_dtype(fmt: str) -> torch.dtype:
 # ---- stores: mutate the caches, return nothing ----------------------------------
 
 
-@torch.library.custom_op("vtinfer::reshape_and_cache_flash", mutates_args=("key_cache", "value_cache"),
+@torch.library.custom_op("vtinfer::reshape_and_cache_flash",
+                         mutates_args=("key_cache", "value_cache", "k_scale_cache", "v_scale_cache"),
                          device_types="cpu")
 def reshape_and_cache_flash(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
-                            slot_mapping: Tensor, kv_cache_dtype: str, k_scale: Tensor, v_scale: Tensor) -> None:
+                            slot_mapping: Tensor, kv_cache_dtype: str, k_scale: Tensor, v_scale: Tensor,
+                            k_scale_cache: Optional[Tensor] = None, v_scale_cache: Optional[Tensor] = None) -> None:
     """vLLM's ``reshape_and_cache_flash``: see :func:`vtinfer.reshape_and_cache_flash`.
 
     key, value: ``[num_tokens, H_kv, D]``; key_cache, value_cache:
     ``[num_blocks, block_size, H_kv, D]`` (HND as a permuted view), uint8 or
-    float8 for fp8; k_scale, v_scale: one element or ``[H_kv]``.
+    float8 for fp8, int8 / uint8 codes for the per-token-head formats;
+    k_scale, v_scale: one element or ``[H_kv]``; k_scale_cache,
+    v_scale_cache: float32 ``[num_blocks, block_size, H_kv]``, written, for
+    the per-token-head formats only.
     """
     _kvcache.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-                                     k_scale, v_scale)
+                                     k_scale, v_scale, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
 
 @reshape_and_cache_flash.register_fake
-def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, k_scale_cache=None,
+      v_scale_cache=None):
     return None
 
 
@@ -118,6 +124,8 @@ def flash_attn_varlen_func(
     kv_cache_dtype: str = "auto",
     cu_seqlens_k: Optional[Tensor] = None,
     q_descale: Optional[Tensor] = None,
+    k_scale_cache: Optional[Tensor] = None,
+    v_scale_cache: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     """Paged attention: see :func:`vtinfer.flash_attn_varlen_func`.
 
@@ -133,6 +141,7 @@ def flash_attn_varlen_func(
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right), softcap=softcap,
         alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale, v_descale=v_descale,
         kv_cache_dtype=kv_cache_dtype, return_lse=True, cu_seqlens_k=cu_seqlens_k, q_descale=q_descale,
+        k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
     )
     return out, lse
 
@@ -140,7 +149,7 @@ def flash_attn_varlen_func(
 @flash_attn_varlen_func.register_fake
 def _(q, k, v, cu_seqlens_q, seqused_k, block_table, softmax_scale=None, causal=True, window_left=-1,
       window_right=-1, softcap=0.0, alibi_slopes=None, s_aux=None, k_descale=None, v_descale=None,
-      kv_cache_dtype="auto", cu_seqlens_k=None, q_descale=None):
+      kv_cache_dtype="auto", cu_seqlens_k=None, q_descale=None, k_scale_cache=None, v_scale_cache=None):
     total_q, heads = q.shape[0], q.shape[1]
     fp8_q = q.dtype in FP8_TORCH_DTYPES.values() or q.dtype == torch.uint8
     out_dtype = torch.bfloat16 if fp8_q else q.dtype

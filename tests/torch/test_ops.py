@@ -15,6 +15,7 @@ from tests.numerics.test_attention_oracle import check_close, make_case
 from tests.torch._util import TORCH_REASON, as_numpy, as_torch
 
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
+import vtinfer as vt  # noqa: E402
 import vtinfer.torch  # noqa: E402,F401  (registers torch.ops.vtinfer)
 
 ops = torch.ops.vtinfer
@@ -226,3 +227,43 @@ def test_flash_attn_packed_varlen():
     paged = (q.numpy(), k.numpy()[:, None], v.numpy()[:, None], cu_q.numpy(), np.array([4, 8], np.int32), bt)
     check_close(out.numpy(), lse.numpy(), paged, {}, what="packed")
     opcheck(ops.flash_attn_varlen_func, (q, k, v, cu_q, None, None), {"cu_seqlens_k": cu_k})
+
+
+@pytest.mark.parametrize("fmt", ["int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"])
+def test_per_token_head_store_and_read_with_scale_caches(fmt):
+    """The per-token-head formats through the ops: the store writes codes and scale caches (the schema marks
+    both), equal to vt.reshape_and_cache_flash's bytes; the read takes the scale caches; opcheck accepts both."""
+    nb, bs, hkv, d, n = 3, 16, 2, 64, 20
+    code = torch.int8 if fmt == "int8_per_token_head" else torch.uint8
+    row = d // 2 if fmt == "int4_per_token_head" else d
+    g = torch.Generator().manual_seed(1)
+    key, value = torch.randn(n, hkv, d, generator=g), torch.randn(n, hkv, d, generator=g)
+    slot = torch.randperm(nb * bs, generator=g)[:n].to(torch.int64)
+
+    def fresh():
+        return (torch.zeros(nb, bs, hkv, row, dtype=code), torch.zeros(nb, bs, hkv, row, dtype=code),
+                torch.ones(nb, bs, hkv), torch.ones(nb, bs, hkv))
+
+    one = torch.ones(1)
+    kc, vc, ks, vs = fresh()
+    ops.reshape_and_cache_flash(key, value, kc, vc, slot, fmt, one, one, ks, vs)
+    want = fresh()
+    vt.reshape_and_cache_flash(key, value, *want[:2], slot, fmt, one, one, k_scale_cache=want[2],
+                               v_scale_cache=want[3])
+    for got, ref in zip((kc, vc, ks, vs), want):
+        assert torch.equal(got.view(torch.uint8) if got.dtype != torch.float32 else got,
+                           ref.view(torch.uint8) if ref.dtype != torch.float32 else ref)
+    assert not torch.equal(ks, torch.ones_like(ks))  # the scales were written
+    s = schema(ops.reshape_and_cache_flash)
+    assert "Tensor(a8!)? k_scale_cache" in s and "Tensor(a9!)? v_scale_cache" in s, s
+    opcheck(ops.reshape_and_cache_flash, (key, value, *fresh()[:2], slot, fmt, one, one, *fresh()[2:]))
+    q = torch.randn(2, 4, d, generator=g)
+    cu, sk = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([n, 5], dtype=torch.int32)
+    bt = torch.tensor([[0, 1, 2], [2, 0, 1]], dtype=torch.int32)  # unwritten slots hold codes 0, scale 1
+    out, lse = ops.flash_attn_varlen_func(q, kc, vc, cu, sk, bt, kv_cache_dtype=fmt, k_scale_cache=ks,
+                                          v_scale_cache=vs)
+    ref, ref_lse = vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=cu, seqused_k=sk, block_table=bt,
+                                             kv_cache_dtype=fmt, k_scale_cache=ks, v_scale_cache=vs, return_lse=True)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+    opcheck(ops.flash_attn_varlen_func, (q, kc, vc, cu, sk, bt), {"kv_cache_dtype": fmt, "k_scale_cache": ks,
+                                                                  "v_scale_cache": vs})
