@@ -196,14 +196,14 @@ def _hadamard64(b: int) -> np.ndarray:
     return h
 
 
-def reference(q, kdq, vdq, cu, sk, bt, d, q_dtype, dt):
+def reference(q, kdq, vdq, cu, sk, bt, d, q_dtype, dt, **kw):
     """vLLM's int4 read (unified_attention_int4) over the twin-dequantized rotated cache: q rotated and
     rounded to its dtype, softmax_scale / b, the output rotated back and / b; in float64 (dt) or float32."""
     from tests.numerics.test_attention_oracle import attention_ref
     b = int4_twin.block(d)
     qr = int4_twin.round_to(int4_twin.rht(q.astype(np.float32)), q_dtype)
     out, _ = attention_ref(qr.astype(dt), kdq.astype(dt), vdq.astype(dt), cu, sk, bt,
-                           softmax_scale=(1.0 / np.sqrt(d)) / b, dt=dt)
+                           softmax_scale=(1.0 / np.sqrt(d)) / b, dt=dt, **kw)
     if dt == np.float64:
         s = int4_twin.signs(b).astype(np.float64)
         o = np.asarray(out, np.float64).reshape(*out.shape[:-1], d // b, b) @ _hadamard64(b)
@@ -264,3 +264,28 @@ def test_attention_refusals():
     with pytest.raises(ValueError, match=r"k must have shape \[num_blocks, block_size, num_kv_heads, 32 or "
                                          r"D / 2 \+ 4\]"):
         vt.flash_attn_varlen_func(q, kc[..., :30], vc[..., :30], **kw)
+
+
+OPTIONS = {
+    "softcap": {"softcap": 3.0},
+    "window+sink": {"window_size": (5, 0), "s_aux": np.linspace(-1, 1, 8).astype(np.float32)},
+    "alibi": {"alibi_slopes": np.linspace(0.05, 0.4, 8).astype(np.float32)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_attention_options_match_the_rotated_reference(isa, name):
+    """softcap, sliding window with sinks, ALiBi: they act on the logits, which the rotation leaves unchanged
+    (q' . k' = b q . k), so vLLM's int4 kernel applies them after its softmax_scale / b as vtinfer does."""
+    kw = OPTIONS[name]
+    rng = np.random.default_rng(len(name))
+    d = 64
+    q, kc, vc, ks, vs, kdq, vdq, cu, sk, bt = read_case(rng, d, 8, 2, [3, 1], [40, 70])
+    out = vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=FMT,
+                                    k_scale_cache=ks, v_scale_cache=vs, **kw)
+    out = np.asarray(out).astype(np.float64)
+    ref = reference(q, kdq, vdq, cu, sk, bt, d, "float32", np.float64, **kw)
+    naive = reference(q, kdq, vdq, cu, sk, bt, d, "float32", np.float32, **kw)
+    assert np.isfinite(out).all()
+    err, err_naive = np.abs(out - ref).max(), np.abs(naive.astype(np.float64) - ref).max()
+    assert err <= 2 * err_naive + 16 * 2.0**-24 * np.abs(ref).max(), f"{name}: {err:.3g} vs naive {err_naive:.3g}"
