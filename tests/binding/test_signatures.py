@@ -61,7 +61,8 @@ def test_c_signature_equals_python_wrapper(name):
     assert only <= {n for n, _, _ in _shape(inspect.signature(getattr(vt, name)))}, "stale allow-list entry"
 
 
-def test_cuda_store_signature_equals_cpu():
+def _cuda_of_this_build():
+    """vtinfer._cuda when it was built beside this vtinfer._C, else skip."""
     try:
         from vtinfer import _cuda
     except ImportError:
@@ -71,18 +72,17 @@ def test_cuda_store_signature_equals_cpu():
         # an editable install can resolve _cuda to another tree's build (e.g. .ci/sanitize_python's
         # private copy, built without CUDA): comparing two builds would test nothing about this one
         pytest.skip(f"vtinfer._cuda ({_cuda.__file__}) is not from the build of vtinfer._C ({_C.__file__})")
+    return _cuda
+
+
+def test_cuda_store_signature_equals_cpu():
+    _cuda = _cuda_of_this_build()
     assert _shape(inspect.signature(_cuda.reshape_and_cache_flash)) == _shape(
         inspect.signature(_C.reshape_and_cache_flash))
 
 
 def test_cuda_attention_signature_equals_cpu():
-    try:
-        from vtinfer import _cuda
-    except ImportError:
-        pytest.skip("vtinfer._cuda not built")
-    import os
-    if os.path.dirname(_cuda.__file__) != os.path.dirname(_C.__file__):
-        pytest.skip(f"vtinfer._cuda ({_cuda.__file__}) is not from the build of vtinfer._C ({_C.__file__})")
+    _cuda = _cuda_of_this_build()
     cuda = _shape(inspect.signature(_cuda.flash_attn_varlen_func))
     # the CUDA arm's one extra: validate (skips the host-side checks of the index arrays' values)
     assert cuda == _shape(inspect.signature(_C.flash_attn_varlen_func)) + [
