@@ -18,8 +18,7 @@
  * once at the end), so no shuffle is spent on the data order. V rows are
  * decoded once per block into an L1 buffer; P V keeps a row's accumulator
  * in registers. The next block's K/V rows are prefetched. */
-#include "attn_internal.h"
-#include "simd_avx512.h"
+#include "attn_avx512.h"
 
 #if VT_X86
 
@@ -29,50 +28,8 @@
 #define VT_UNROLL VT_PRAGMA(GCC unroll 16)
 #define KB 16
 #define CH 32 /* elements decoded per chunk: two vectors */
-#ifndef PF_BLOCKS
-#define PF_BLOCKS 4 /* prefetch distance in key blocks */
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
 
 typedef vt512_fp8tab fp8tab; /* simd_avx512.h: the decode shared with the codec */
-
-T static AI __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
-}
-
-T static AI __m512 tanh16(__m512 x) {
-    __m512 ax = _mm512_abs_ps(x);
-    __m512 z = _mm512_mul_ps(x, x);
-    __m512 p = _mm512_set1_ps(-5.70498872745E-3f);
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954E-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531E-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036E-1f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422E-1f));
-    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
-    __m512 e1 = _mm512_add_ps(exp16(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.0f));
-    /* 2 / e1 by a 14-bit reciprocal and one Newton step (~2^-27 relative;
-     * a division here cost ~30% of GQA-1 fp8 decode with softcap on) */
-    __m512 rc = _mm512_rcp14_ps(e1);
-    rc = _mm512_mul_ps(rc, _mm512_fnmadd_ps(e1, rc, _mm512_set1_ps(2.0f)));
-    __m512 big = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), rc, _mm512_set1_ps(1.0f));
-    big = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u))));
-    __mmask16 use_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
-    return _mm512_mask_mov_ps(big, use_small, small);
-}
 
 /* Position, within its 32-element chunk, that element e of the chunk takes
  * after decoding: bf16 and fp8 split evens (lanes 0-15) from odds (16-31);
@@ -133,11 +90,6 @@ T static AI __m512 reduce16(const float *s) {
     return _mm512_add_ps(p, q);
 }
 
-static inline __mmask32 chunk_mask(int D, int c) {
-    int left = D - c * CH;
-    return left >= CH ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
-}
-
 /* Partial dot products of R rows (R a constant after inlining) with the nk
  * keys at kp[]: S[(r * 16 + jj) * 16 ...] = 16 lane partials of q_r . K_jj. */
 T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
@@ -149,7 +101,7 @@ T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
         for (int c = 0; c < NC; c++) {
             __m512 ka, kb;
-            dec32(dt, kp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), tb, &ka, &kb);
+            dec32(dt, kp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &ka, &kb);
             VT_UNROLL
             for (int r = 0; r < R; r++) {
                 s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
@@ -209,7 +161,7 @@ T static AI void pv_direct(const int NC2, vt_dtype dt, const fp8tab *tb, float *
         VT_UNROLL
         for (int c = 0; c < NC2; c++) {
             __m512 va, vb;
-            dec32(dt, vp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), tb, &va, &vb);
+            dec32(dt, vp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &va, &vb);
             a[2 * c] = _mm512_fmadd_ps(pb, va, a[2 * c]);
             a[2 * c + 1] = _mm512_fmadd_ps(pb, vb, a[2 * c + 1]);
         }
@@ -238,33 +190,6 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 128) pv_vecs(8, acc + d, alpha, P, vbuf + d, Dp, nk), d += 128;
     if (Dp - d >= 64) pv_vecs(4, acc + d, alpha, P, vbuf + d, Dp, nk), d += 64;
     if (Dp - d >= 32) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
-}
-
-/* Byte offsets (page and in-page, no head) of the keys [j, j + n) of
- * sequence b in K and V, walking the block table without a division per key. */
-static inline void key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n, int64_t *ko,
-                               int64_t *vo) {
-    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
-    int64_t pi = j / p->block_size, off = j % p->block_size;
-    for (int i = 0; i < n; i++) {
-        int64_t page = bt[pi];
-        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
-        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
-        if (++off == p->block_size) off = 0, pi++;
-    }
-}
-
-/* Prefetch the K and V rows of the keys at offsets ko/vo for ng heads. */
-T static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,
-                            int row_bytes) {
-    const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
-    const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
-    for (int i = 0; i < n; i++)
-        for (int gi = 0; gi < ng; gi++)
-            for (int o = 0; o < row_bytes; o += 64) {
-                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, PF_HINT);
-                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, PF_HINT);
-            }
 }
 
 T static void load_q(const vt_attn_params *p, const uint8_t *src, float *dst, int n) {
@@ -315,7 +240,6 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
     const int64_t base = it->k_len - it->q_len;
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
-    const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const int NC = Dp / CH;
     int64_t ko[KB], vo[KB];
     const uint8_t *kp[KB], *vp[KB];
@@ -324,10 +248,10 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
         int64_t jp = j0 + PF_BLOCKS * KB;
         if (jp < it->ke) {
             int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
-            key_offsets(p, it, jp, nn, ko, vo);
-            prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz);
+            vt_attn_key_offsets(p, it, jp, nn, ko, vo);
+            vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz);
         }
-        key_offsets(p, it, j0, nk, ko, vo);
+        vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
@@ -349,6 +273,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                 mul = _mm512_mul_ps(mul, _mm512_load_ps(kscale)); /* softmax_scale * ks_j, per key */
                 vmul = _mm512_load_ps(vscale);
             }
+            vt512_row_step st = {.mul = mul, .cap = cap, .inv_cap = inv_cap, .j0 = j0, .valid = valid};
             /* logits: K decoded once per 8 rows */
             for (int r0 = 0; r0 < rg; r0 += 8) {
                 int R = rg - r0 < 8 ? rg - r0 : 8;
@@ -360,7 +285,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
             for (int jj = 0; jj < nk && !direct; jj++)
                 for (int c = 0; c < NC; c++) {
                     __m512 va, vb2;
-                    dec32(dt, vp[jj] + (size_t)c * CH * esz, chunk_mask(D, c), &tb, &va, &vb2);
+                    dec32(dt, vp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), &tb, &va, &vb2);
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
                 }
@@ -372,34 +297,10 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                     memset(pr, 0, KB * 4);
                     continue;
                 }
-                __m512 sc = _mm512_mul_ps(reduce16(S + (size_t)r * KB * 16), mul);
-                if (cap > 0.0f)
-                    sc = _mm512_mul_ps(_mm512_set1_ps(cap), tanh16(_mm512_mul_ps(sc, _mm512_set1_ps(inv_cap))));
-                __m512 jpos = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - lo[qi])));
-                __mmask16 vis = valid & _mm512_cmp_ps_mask(jpos, _mm512_setzero_ps(), _CMP_GE_OQ) &
-                                _mm512_cmp_ps_mask(jpos, _mm512_set1_ps((float)(hi[qi] - lo[qi])), _CMP_LT_OQ);
-                if (p->alibi_slopes) {
-                    float slope = p->alibi_slopes[g * G + r % G];
-                    __m512 dist = _mm512_add_ps(lane, _mm512_set1_ps((float)(j0 - (base + it->q0 + qi))));
-                    sc = _mm512_fnmadd_ps(_mm512_set1_ps(slope), _mm512_abs_ps(dist), sc);
-                }
-                /* logits beyond float32's range saturate (vt_attn_sat; min/max keep a NaN) */
-                sc = _mm512_max_ps(_mm512_set1_ps(-FLT_MAX), _mm512_min_ps(_mm512_set1_ps(FLT_MAX), sc));
-                if (vis == 0) {
-                    memset(pr, 0, KB * 4);
-                    continue;
-                }
-                float bm = _mm512_mask_reduce_max_ps(vis, sc);
-                float mn = bm > mg[r] ? bm : mg[r];
-                /* Weights below e^-60 are flushed to 0: their share of the sum is
-                 * < 1e-21 of it, and their products with V would be subnormal
-                 * (a microcode assist on every FMA). m = -inf gives alpha 0. */
-                alpha[r] = mg[r] == mn ? 1.0f : (mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn));
-                __m512 x = _mm512_sub_ps(sc, _mm512_set1_ps(mn));
-                vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_NLT_UQ); /* NaN stays */
-                __m512 e = _mm512_maskz_mov_ps(vis, exp16(x));
+                st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
+                st.slope = p->alibi_slopes ? &p->alibi_slopes[g * G + r % G] : NULL;
+                __m512 e = vt512_row_weights(&st, reduce16(S + (size_t)r * KB * 16), &mg[r], &alpha[r]);
                 lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
-                mg[r] = mn;
                 _mm512_storeu_ps(pr, pth ? _mm512_mul_ps(e, vmul) : e); /* V's per-key scale on the weight */
             }
             for (int r = 0; r < rg; r++) {

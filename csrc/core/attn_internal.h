@@ -55,11 +55,38 @@ static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
 
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
+
+/* The pair-dot (bf16 dot product) tile: grouped rows against a key tile held
+ * once per block, for bf16 queries over bf16 or fp8 (e4m3fn, e5m2) caches
+ * when a group has at least 4 rows (GQA >= 4 decode, or a prefill tile);
+ * everything else runs the fp32 tile of the same ISA. Arithmetic (the SIMD
+ * kernel, attn_avx512bf16.c, and its scalar twin, attn_bf16dot_ref.c):
+ * - logits: q . k over element pairs, products of bf16 values exact in
+ *   float32, accumulated in float32 in two chains (even and odd pair
+ *   indices, each pair adding its odd product, then its even one), the
+ *   chains summed; inputs, products and sums below FLT_MIN flushed to 0
+ *   (vdpbf16ps's DAZ/FTZ);
+ * - online softmax per block of 16 keys (max over the block's visible
+ *   keys, weights below e^-60 flushed), l summed from the float32 weights;
+ *   P V takes the weights rounded to bf16 (round to nearest even);
+ * - P V: for each pair of keys (2k, 2k + 1) with a nonzero weight, the
+ *   accumulator adds the odd key's product, then the even key's, in float32
+ *   (FTZ as above). */
+static inline int vt_attn_bf16dot_applies(const vt_attn_params *p, int64_t rows_per_group) {
+    return p->q_dtype == VT_DTYPE_BF16 && rows_per_group >= 4 &&
+           (p->kv_dtype == VT_DTYPE_BF16 || p->kv_dtype == VT_DTYPE_FP8_E4M3 || p->kv_dtype == VT_DTYPE_FP8_E5M2);
+}
+void vt_attn_tile_bf16dot_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                                 float *acc);
 #if VT_X86
 void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                        float *acc);
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
+/* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile
+ * where vt_attn_bf16dot_applies, vt_attn_tile_avx512 otherwise. */
+void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                             float *acc);
 #endif
 
 /* Address of the K (or V) row of key j (sequence position) of KV head g. */

@@ -23,12 +23,22 @@ static const vt_kernels TABLES[] = {
 #endif
 };
 
+#if VT_X86
+/* The AVX-512 table on a CPU with AVX512-BF16: the same codec, the tile
+ * that runs grouped bf16 rows on the pair dot product (vdpbf16ps). */
+static const vt_kernels TABLE_AVX512_BF16 = {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512bf16};
+#endif
+
 /* NULL until vt_runtime_init (or the first kernel call) chose a table. */
 static _Atomic(const vt_kernels *) active;
 
 static void publish(vt_isa isa) {
     /* the caller checked isa <= vt_isa_best(), which is VT_ISA_SCALAR off x86 */
-    atomic_store_explicit(&active, &TABLES[isa], memory_order_release);
+    const vt_kernels *k = &TABLES[isa];
+#if VT_X86
+    if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) k = &TABLE_AVX512_BF16;
+#endif
+    atomic_store_explicit(&active, k, memory_order_release);
 }
 
 const vt_kernels *vt_kernels_active(void) {

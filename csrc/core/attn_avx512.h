@@ -1,0 +1,135 @@
+/* Pieces shared by the two AVX-512 attention tiles (attn_avx512.c: fp32
+ * FMA, every dtype; attn_avx512bf16.c: the AVX512-BF16 pair-dot tile for
+ * grouped rows): vector exp/tanh, the block-table walk, prefetch and one
+ * row's online-softmax step over a block of 16 keys. Include only from x86
+ * files; every function is always inlined into its (AVX-512 or wider) caller. */
+#ifndef VTINFER_ATTN_AVX512_H
+#define VTINFER_ATTN_AVX512_H
+
+#include "attn_internal.h"
+#include "simd_avx512.h"
+
+#if VT_X86
+
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 4 /* prefetch distance in key blocks */
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+
+/* Lanes of the c-th 32-element chunk of a D-element row that hold elements. */
+static inline __mmask32 vt512_chunk_mask(int D, int c) {
+    int left = D - c * 32;
+    return left >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
+}
+
+VT512 __m512 vt512_exp16(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+VT512 __m512 vt512_tanh16(__m512 x) {
+    __m512 ax = _mm512_abs_ps(x);
+    __m512 z = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(-5.70498872745E-3f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954E-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531E-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036E-1f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422E-1f));
+    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
+    __m512 e1 = _mm512_add_ps(vt512_exp16(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.0f));
+    /* 2 / e1 by a 14-bit reciprocal and one Newton step (~2^-27 relative;
+     * a division here cost ~30% of GQA-1 fp8 decode with softcap on) */
+    __m512 rc = _mm512_rcp14_ps(e1);
+    rc = _mm512_mul_ps(rc, _mm512_fnmadd_ps(e1, rc, _mm512_set1_ps(2.0f)));
+    __m512 big = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), rc, _mm512_set1_ps(1.0f));
+    big = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u))));
+    __mmask16 use_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+    return _mm512_mask_mov_ps(big, use_small, small);
+}
+
+/* Byte offsets (page and in-page, no head) of the keys [j, j + n) of
+ * sequence b in K and V, walking the block table without a division per key. */
+static inline void vt_attn_key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n,
+                                       int64_t *ko, int64_t *vo) {
+    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
+    int64_t pi = j / p->block_size, off = j % p->block_size;
+    for (int i = 0; i < n; i++) {
+        int64_t page = bt[pi];
+        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
+        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
+        if (++off == p->block_size) off = 0, pi++;
+    }
+}
+
+/* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko/vo for the heads [g, g + ng). */
+VT512 void vt512_prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,
+                               int row_bytes) {
+    const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
+    const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
+    for (int i = 0; i < n; i++)
+        for (int gi = 0; gi < ng; gi++)
+            for (int o = 0; o < row_bytes; o += 64) {
+                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, PF_HINT);
+                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, PF_HINT);
+            }
+}
+
+/* What one row's softmax step needs besides its dot products. */
+typedef struct vt512_row_step {
+    __m512 mul;          /* logit multiplier, per key lane (softmax_scale * k_descale [* per-key K scale]) */
+    float cap, inv_cap;  /* softcap and 1 / softcap (cap 0: none) */
+    const float *slope;  /* the row's ALiBi slope, or NULL */
+    int64_t j0, pos;     /* first key of the block; the row's query position */
+    int64_t lo, hi;      /* the row's visible keys [lo, hi) */
+    __mmask16 valid;     /* lanes that hold a key of the block */
+} vt512_row_step;
+
+/* One row's online-softmax step over a block of 16 keys whose raw dot
+ * products q . k_j are the lanes of `dots`: the logits (multiplier, softcap,
+ * ALiBi, saturation at +-FLT_MAX), the new running max *m, *alpha =
+ * e^{m_old - m_new}; returns e^{s_j - m_new} per lane, 0 where the key is
+ * not visible or the weight is below e^-60 (flushed: its share of the sum
+ * is < 1e-21, and its products with V would be subnormal, a microcode
+ * assist on every FMA). A row that sees no key of the block gets e = 0,
+ * alpha 1, m unchanged. The caller adds the weights to the row's sum. */
+VT512 __m512 vt512_row_weights(const vt512_row_step *st, __m512 dots, float *m, float *alpha) {
+    const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 sc = _mm512_mul_ps(dots, st->mul);
+    *alpha = 1.0f;
+    if (st->cap > 0.0f)
+        sc = _mm512_mul_ps(_mm512_set1_ps(st->cap), vt512_tanh16(_mm512_mul_ps(sc, _mm512_set1_ps(st->inv_cap))));
+    __m512 jpos = _mm512_add_ps(lane, _mm512_set1_ps((float)(st->j0 - st->lo)));
+    __mmask16 vis = st->valid & _mm512_cmp_ps_mask(jpos, _mm512_setzero_ps(), _CMP_GE_OQ) &
+                    _mm512_cmp_ps_mask(jpos, _mm512_set1_ps((float)(st->hi - st->lo)), _CMP_LT_OQ);
+    if (st->slope) {
+        __m512 dist = _mm512_add_ps(lane, _mm512_set1_ps((float)(st->j0 - st->pos)));
+        sc = _mm512_fnmadd_ps(_mm512_set1_ps(*st->slope), _mm512_abs_ps(dist), sc);
+    }
+    /* logits beyond float32's range saturate (vt_attn_sat; min/max keep a NaN) */
+    sc = _mm512_max_ps(_mm512_set1_ps(-FLT_MAX), _mm512_min_ps(_mm512_set1_ps(FLT_MAX), sc));
+    if (vis == 0) return _mm512_setzero_ps();
+    float bm = _mm512_mask_reduce_max_ps(vis, sc);
+    float mo = *m, mn = bm > mo ? bm : mo;
+    /* m = -inf gives alpha 0 */
+    *alpha = mo == mn ? 1.0f : (mo - mn < -60.0f ? 0.0f : expf(mo - mn));
+    __m512 x = _mm512_sub_ps(sc, _mm512_set1_ps(mn));
+    vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_NLT_UQ); /* NaN stays */
+    *m = mn;
+    return _mm512_maskz_mov_ps(vis, vt512_exp16(x));
+}
+
+#endif /* VT_X86 */
+#endif /* VTINFER_ATTN_AVX512_H */

@@ -1,0 +1,241 @@
+/* AVX512-BF16 attention tile for grouped rows (bf16 q; bf16 or fp8 cache;
+ * >= 4 rows per KV-head group): the rows of a group against a block of 16
+ * keys as a small matrix product on the pair dot product vdpbf16ps.
+ *
+ * Per block and KV head, the 16 K rows are decoded to bf16 once (fp8 by
+ * the 128-entry table of simd_avx512.h) and transposed in 32-bit units
+ * into Kt[i][j] = (k_j[2i], k_j[2i + 1]) (D/2 pairs x 16 keys, in L1), so
+ * one vdpbf16ps of Kt[i] with the row's broadcast pair (q[2i], q[2i + 1])
+ * adds pair i to the 16 logits of the row at once: no horizontal
+ * reduction, and every Kt load serves all rows of the group. The V rows of
+ * each key pair (2k, 2k + 1) are interleaved 16 bits at a time into
+ * Vt[k] = (v_2k[e], v_2k+1[e]) per element e, and P V is one vdpbf16ps per
+ * 16 elements with the broadcast weight pair (p_2k, p_2k+1) rounded to
+ * bf16. The arithmetic (and its scalar twin, attn_bf16dot_ref.c) is stated
+ * in attn_internal.h "vt_attn_bf16dot_applies". */
+#include "attn_avx512.h"
+
+#if VT_X86
+
+#define TB VT_TARGET_AVX512BF16
+#define AI __attribute__((always_inline)) inline
+#define VT_PRAGMA(x) _Pragma(#x)
+#define VT_UNROLL VT_PRAGMA(GCC unroll 16)
+#define KB 16
+
+/* Position, within its 32-element chunk, that element e of the chunk takes
+ * in the P V accumulator: unpacklo/hi_epi16 of two rows put elements
+ * 8L + m (m < 4) of 128-bit lane L in the low vector's dwords 4L + m and
+ * elements 8L + 4 + m in the high one's. */
+static inline int pv_pos(int e) { return ((e >> 2) & 1) * 16 + (e >> 3) * 4 + (e & 3); }
+
+/* 32 elements (lanes outside m read 0) of a bf16 or fp8 row as 32 bf16 values, in order. */
+TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb) {
+    if (dt == VT_DTYPE_BF16) return _mm512_maskz_loadu_epi16(m, src);
+    return vt512_fp8_to_bf16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src)), tb);
+}
+
+/* Transpose 16 x 16 dwords in place: afterwards r[i] holds dword i of every
+ * input r[j] in lane j (unpack 32, unpack 64, then two 128-bit levels). */
+TB static AI void tr16x16(__m512i r[16]) {
+    __m512i t[16];
+    VT_UNROLL
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    /* t[2k] lane block L: (r2k, r2k+1) at dwords 4L, 4L + 1; t[2k + 1]: at 4L + 2, 4L + 3 */
+    VT_UNROLL
+    for (int k = 0; k < 4; k++) {
+        r[4 * k + 0] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    /* r[4k + m] lane block L: rows 4k .. 4k + 3 at dword 4L + m; now transpose the blocks */
+    VT_UNROLL
+    for (int m = 0; m < 4; m++) {
+        __m512i a = _mm512_shuffle_i32x4(r[m], r[4 + m], 0x44), b = _mm512_shuffle_i32x4(r[m], r[4 + m], 0xEE);
+        __m512i c = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0x44), d = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0xEE);
+        t[m] = _mm512_shuffle_i32x4(a, c, 0x88);
+        t[4 + m] = _mm512_shuffle_i32x4(a, c, 0xDD);
+        t[8 + m] = _mm512_shuffle_i32x4(b, d, 0x88);
+        t[12 + m] = _mm512_shuffle_i32x4(b, d, 0xDD);
+    }
+    VT_UNROLL
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* Kt[c * 16 + i] (i < 16) = pair c * 16 + i of the nk keys at kp[] (keys past nk, elements past D: 0). */
+TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *kp, int nk, int D, int esz,
+                        int NC, __m512i *Kt) {
+    for (int c = 0; c < NC; c++) {
+        __m512i r[16];
+        const __mmask32 mk = vt512_chunk_mask(D, c);
+        for (int jj = 0; jj < KB; jj++)
+            r[jj] = jj < nk ? ld32(dt, kp[jj] + (size_t)c * 32 * esz, mk, tb) : _mm512_setzero_si512();
+        tr16x16(r);
+        VT_UNROLL
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512(Kt + c * 16 + i, r[i]);
+    }
+}
+
+/* Vt[k * NVt + 2c (+1)] = keys 2k and 2k + 1 of vp[] interleaved, chunk c (low / high halves, pv_pos order). */
+TB static void build_vt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *vp, int nk, int D, int esz,
+                        int NC, __m512i *Vt) {
+    const int NVt = 2 * NC;
+    for (int k = 0; 2 * k < nk; k++)
+        for (int c = 0; c < NC; c++) {
+            const __mmask32 mk = vt512_chunk_mask(D, c);
+            __m512i x = ld32(dt, vp[2 * k] + (size_t)c * 32 * esz, mk, tb);
+            __m512i y = 2 * k + 1 < nk ? ld32(dt, vp[2 * k + 1] + (size_t)c * 32 * esz, mk, tb) : _mm512_setzero_si512();
+            _mm512_storeu_si512(Vt + k * NVt + 2 * c, _mm512_unpacklo_epi16(x, y));
+            _mm512_storeu_si512(Vt + k * NVt + 2 * c + 1, _mm512_unpackhi_epi16(x, y));
+        }
+}
+
+/* S[r * 16 + j] = q_r . k_j for R rows (R a constant after inlining) of Dh pairs each at qb. */
+TB static AI void qk_rows(const int R, const uint32_t *qb, int Dh, const __m512i *Kt, float *S) {
+    __m512 a[8], b[8];
+    VT_UNROLL
+    for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
+    for (int i = 0; i < Dh; i += 2) {
+        const __m512bh k0 = (__m512bh)_mm512_loadu_si512(Kt + i), k1 = (__m512bh)_mm512_loadu_si512(Kt + i + 1);
+        VT_UNROLL
+        for (int r = 0; r < R; r++) {
+            a[r] = _mm512_dpbf16_ps(a[r], (__m512bh)_mm512_set1_epi32((int)qb[(size_t)r * Dh + i]), k0);
+            b[r] = _mm512_dpbf16_ps(b[r], (__m512bh)_mm512_set1_epi32((int)qb[(size_t)r * Dh + i + 1]), k1);
+        }
+    }
+    VT_UNROLL
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(S + r * 16, _mm512_add_ps(a[r], b[r]));
+}
+
+TB static void qk_group(int R, const uint32_t *qb, int Dh, const __m512i *Kt, float *S) {
+    switch (R) {
+    case 1: qk_rows(1, qb, Dh, Kt, S); break;
+    case 2: qk_rows(2, qb, Dh, Kt, S); break;
+    case 3: qk_rows(3, qb, Dh, Kt, S); break;
+    case 4: qk_rows(4, qb, Dh, Kt, S); break;
+    case 5: qk_rows(5, qb, Dh, Kt, S); break;
+    case 6: qk_rows(6, qb, Dh, Kt, S); break;
+    case 7: qk_rows(7, qb, Dh, Kt, S); break;
+    default: qk_rows(8, qb, Dh, Kt, S); break;
+    }
+}
+
+/* acc[0 .. 16 NV) = acc * alpha + sum over the key pairs k in mask pm of
+ * (p_2k, p_2k+1) . Vt[k] (NV a constant after inlining; pp: the 8 weight pairs). */
+TB static AI void pv_vecs(const int NV, float *acc, float alpha, const uint32_t *pp, unsigned pm, const __m512i *Vt,
+                          int NVt) {
+    __m512 a[16];
+    const __m512 al = _mm512_set1_ps(alpha);
+    VT_UNROLL
+    for (int v = 0; v < NV; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
+    for (; pm; pm &= pm - 1) {
+        const int k = __builtin_ctz(pm);
+        const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)pp[k]);
+        const __m512i *vr = Vt + (size_t)k * NVt;
+        VT_UNROLL
+        for (int v = 0; v < NV; v++) a[v] = _mm512_dpbf16_ps(a[v], pb, (__m512bh)_mm512_loadu_si512(vr + v));
+    }
+    VT_UNROLL
+    for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
+}
+
+TB static void pv_row(float *acc, float alpha, const uint32_t *pp, unsigned pm, const __m512i *Vt, int NVt) {
+    int v = 0;
+    for (; NVt - v >= 16; v += 16) pv_vecs(16, acc + 16 * v, alpha, pp, pm, Vt + v, NVt);
+    if (NVt - v >= 8) pv_vecs(8, acc + 16 * v, alpha, pp, pm, Vt + v, NVt), v += 8;
+    if (NVt - v >= 4) pv_vecs(4, acc + 16 * v, alpha, pp, pm, Vt + v, NVt), v += 4;
+    if (NVt - v >= 2) pv_vecs(2, acc + 16 * v, alpha, pp, pm, Vt + v, NVt);
+}
+
+TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                                float *acc) {
+    const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
+    const int rg = (int)(it->nq * G); /* rows per group */
+    if (!vt_attn_bf16dot_applies(p, rg)) {
+        vt_attn_tile_avx512(p, it, work, m, l, acc);
+        return;
+    }
+    const int rows = rg * it->ng;
+    const vt_dtype dt = p->kv_dtype;
+    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    const int Dp = (D + 31) / 32 * 32, Dh = Dp / 2, NC = Dp / 32, NVt = Dp / 16;
+    /* work (fits vt_attn_work_floats): Kt and Vt first (64-byte multiples), then q pairs, accumulators, logits */
+    __m512i *Kt = (__m512i *)(void *)work;                 /* Dh x 16 dwords */
+    __m512i *Vt = Kt + Dh;                                 /* 8 key pairs x Dp dwords */
+    uint32_t *qb = (uint32_t *)(void *)(Vt + 8 * NVt);     /* rows x Dh q pairs */
+    float *ap = (float *)(void *)(qb + (size_t)rows * Dh); /* rows x Dp, pv_pos order */
+    float *S = ap + (size_t)rows * Dp;                     /* rg x 16 dot products */
+    uint32_t *pp = (uint32_t *)(void *)(S + (size_t)rg * KB); /* rg x 8 bf16 weight pairs */
+    float *alpha = (float *)(void *)(pp + (size_t)rg * 8);    /* rg */
+    unsigned *pm = (unsigned *)(void *)(alpha + rg);          /* rg */
+    const vt512_fp8tab tb = vt512_fp8_table(dt);
+    for (int r = 0; r < rows; r++) {
+        int g = it->g + r / rg, lr = r % rg;
+        int h = g * G + lr % G;
+        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
+                             (int64_t)h * p->q_stride_head;
+        uint32_t *qr = qb + (size_t)r * Dh;
+        memset(qr, 0, (size_t)Dh * 4);
+        memcpy(qr, src, (size_t)D * 2);
+        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
+    const int64_t base = it->k_len - it->q_len;
+    for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
+    const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    int64_t ko[KB], vo[KB];
+    const uint8_t *kp[KB], *vp[KB];
+    for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
+        int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
+        int64_t jp = j0 + PF_BLOCKS * KB;
+        if (jp < it->ke) {
+            int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
+            vt_attn_key_offsets(p, it, jp, nn, ko, vo);
+            vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz);
+        }
+        vt_attn_key_offsets(p, it, j0, nk, ko, vo);
+        const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
+        for (int gi = 0; gi < it->ng; gi++) {
+            const int g = it->g + gi;
+            const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
+            const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
+            for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
+            float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
+            const uint32_t *qg = qb + (size_t)gi * rg * Dh;
+            vt512_row_step st = {.mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g)), .cap = cap,
+                                 .inv_cap = inv_cap, .j0 = j0, .valid = valid};
+            build_kt(dt, &tb, kp, nk, D, esz, NC, Kt);
+            for (int r0 = 0; r0 < rg; r0 += 8)
+                qk_group(rg - r0 < 8 ? rg - r0 : 8, qg + (size_t)r0 * Dh, Dh, Kt, S + (size_t)r0 * KB);
+            build_vt(dt, &tb, vp, nk, D, esz, NC, Vt);
+            for (int r = 0; r < rg; r++) {
+                int64_t qi = r / G;
+                alpha[r] = 1.0f;
+                pm[r] = 0;
+                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) continue;
+                st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
+                st.slope = p->alibi_slopes ? &p->alibi_slopes[g * G + r % G] : NULL;
+                __m512 e = vt512_row_weights(&st, _mm512_loadu_ps(S + (size_t)r * KB), &mg[r], &alpha[r]);
+                /* l sums the float32 weights (the LSE stays float32-exact); P V takes them as bf16 pairs */
+                lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
+                __m256i eb = (__m256i)_mm512_cvtneps_pbh(e);
+                _mm256_storeu_si256((__m256i *)(void *)(pp + (size_t)r * 8), eb);
+                pm[r] = _mm256_test_epi32_mask(eb, eb);
+            }
+            for (int r = 0; r < rg; r++) {
+                if (alpha[r] == 1.0f && pm[r] == 0) continue;
+                pv_row(ag + (size_t)r * Dp, alpha[r], pp + (size_t)r * 8, pm[r], Vt, NVt);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / 32) * 32 + pv_pos(d % 32)];
+}
+
+#endif /* VT_X86 */
