@@ -249,7 +249,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
         if (jp < it->ke) {
             int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
             vt_attn_key_offsets(p, it, jp, nn, ko, vo);
-            vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz);
+            vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz, 0);
         }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);

@@ -74,16 +74,22 @@ static inline void vt_attn_key_offsets(const vt_attn_params *p, const vt_attn_it
     }
 }
 
-/* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko/vo for the heads [g, g + ng). */
+/* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko/vo for the heads [g, g + ng),
+ * into L1 (PF_HINT) or, with to_l2 (a constant after inlining), into L2 only. */
 VT512 void vt512_prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,
-                               int row_bytes) {
+                               int row_bytes, const int to_l2) {
     const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
     const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
     for (int i = 0; i < n; i++)
         for (int gi = 0; gi < ng; gi++)
             for (int o = 0; o < row_bytes; o += 64) {
-                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, PF_HINT);
-                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, PF_HINT);
+                if (to_l2) {
+                    _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, _MM_HINT_T1);
+                    _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, _MM_HINT_T1);
+                } else {
+                    _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, PF_HINT);
+                    _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, PF_HINT);
+                }
             }
 }
 

@@ -71,7 +71,9 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
  *   P V takes the weights rounded to bf16 (round to nearest even);
  * - P V: for each pair of keys (2k, 2k + 1) with a nonzero weight, the
  *   accumulator adds the odd key's product, then the even key's, in float32
- *   (FTZ as above). */
+ *   (FTZ as above). (The SIMD tile runs two rows per pass over the pairs
+ *   either row weighs; a pair that the other row weighs adds 0 . V, the same
+ *   sum for finite V.) */
 static inline int vt_attn_bf16dot_applies(const vt_attn_params *p, int64_t rows_per_group) {
     return p->q_dtype == VT_DTYPE_BF16 && rows_per_group >= 4 &&
            (p->kv_dtype == VT_DTYPE_BF16 || p->kv_dtype == VT_DTYPE_FP8_E4M3 || p->kv_dtype == VT_DTYPE_FP8_E5M2);
