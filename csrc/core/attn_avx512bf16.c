@@ -249,7 +249,11 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
                 int64_t qi = r / G;
                 alpha[r] = 1.0f;
                 pm[r] = 0;
-                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) continue;
+                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
+                    /* no weight: P V's other row of the pass may still read these pairs */
+                    _mm256_storeu_si256((__m256i *)(void *)(pp + (size_t)r * 8), _mm256_setzero_si256());
+                    continue;
+                }
                 st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
                 st.slope = p->alibi_slopes ? &p->alibi_slopes[g * G + r % G] : NULL;
                 __m512 e = vt512_row_weights(&st, _mm512_loadu_ps(S + (size_t)r * KB), &mg[r], &alpha[r]);
