@@ -48,6 +48,10 @@ F_TRITON_STORE = "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py"
 F_INT4_PTH = "vllm/v1/attention/ops/int4_per_token_head.py"
 F_MATH_UTILS = "vllm/utils/math_utils.py"
 F_KV_CACHE = "vllm/model_executor/layers/quantization/kv_cache.py"
+F_TQ_STORE = "vllm/v1/attention/ops/triton_turboquant_store.py"
+F_TQ_DECODE = "vllm/v1/attention/ops/triton_turboquant_decode.py"
+F_TQ_CONFIG = "vllm/model_executor/layers/quantization/turboquant/config.py"
+F_TQ_CENTROIDS = "vllm/model_executor/layers/quantization/turboquant/centroids.py"
 
 
 class UpstreamUnavailable(RuntimeError):
