@@ -56,7 +56,28 @@ def adversarial_rows(D: int) -> np.ndarray:
     r = np.linspace(-600, 600, D); rows.append(r)                # fp8 keys beyond +-448 saturate
     r = np.zeros(D); r[3] = 1.0; rows.append(r)                  # one-hot key: y = +-1/sqrt(D) everywhere
     rows.append(np.linspace(-3, 5, D) * 1.000001)
+    rows.append(division_probe_row(D))
     return np.asarray(rows, np.float32)
+
+
+def division_probe_row(D: int) -> np.ndarray:
+    """A value row (found by a seeded search) at the 15 half-code points
+    ``vmin + (j - 0.5) * scale`` where ``(v - vmin) / scale`` and
+    ``(v - vmin) * (1 / scale)`` give different codes."""
+    f = np.float32
+    rng = np.random.default_rng(1)
+    for _ in range(1000):
+        lo, span = f(-rng.uniform(0, 10)), f(rng.uniform(0.5, 40))
+        row = np.full(D, lo, f)
+        row[1] = f(lo + span)
+        sc = f((row.max() - lo) / f(15))
+        row[2:17] = lo + ((np.arange(1, 16) - f(0.5)) * sc).astype(f)
+        d = (row - lo).astype(f)
+        by_div = np.trunc((d / sc).astype(f) + f(0.5))
+        by_rcp = np.trunc((d * (f(1) / sc)).astype(f) + f(0.5))
+        if (by_div != by_rcp).sum() >= 2:
+            return row
+    raise AssertionError("no division probe row found")
 
 
 def _cases() -> list[dict]:
@@ -69,6 +90,7 @@ def _cases() -> list[dict]:
         adv = adversarial_rows(D)
         k[: len(adv), 0] = adv
         v[: len(adv), 1] = adv[::-1]
+        v[len(adv), 2] = division_probe_row(D)
         slots = rng.permutation(NB * BS)[:T].astype(np.int64)
         slots[3] = -1  # skipped by both
         out.append(dict(fmt=fmt, key=k, value=v, slots=slots))
