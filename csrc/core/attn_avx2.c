@@ -252,14 +252,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
             float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
             __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm256_set1_ps(1.0f);
             if (pth) {
-                for (int jj = 0; jj < KB; jj++) {
-                    kscale[jj] = vscale[jj] = 0.0f;
-                    if (jj >= nk) continue;
-                    memcpy(&kscale[jj], vt_attn_row(p, p->k_scale_cache, p->ks_stride_block, p->ks_stride_tok,
-                                                    p->ks_stride_head, it->b, g, j0 + jj), 4);
-                    memcpy(&vscale[jj], vt_attn_row(p, p->v_scale_cache, p->vs_stride_block, p->vs_stride_tok,
-                                                    p->vs_stride_head, it->b, g, j0 + jj), 4);
-                }
+                vt_attn_key_scales(p, it->b, g, j0, nk, KB, kscale, vscale);
                 mul = _mm256_mul_ps(mul, _mm256_loadu_ps(kscale)); /* softmax_scale * ks_j, per key */
                 vmul = _mm256_loadu_ps(vscale);
             }

@@ -6,6 +6,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "vt_internal.h"
 #include "vtinfer/attention.h"
@@ -97,6 +98,20 @@ static inline const uint8_t *vt_attn_row(const vt_attn_params *p, const void *ba
     int64_t page = p->block_table[(int64_t)b * p->bt_stride + j / p->block_size];
     int64_t off = j % p->block_size;
     return (const uint8_t *)base + page * sb + off * st + (int64_t)g * sh;
+}
+
+/* Per-token-head caches: the float32 K and V scales of keys [j0, j0 + nk) of KV head g of sequence
+ * b into ks[0, n) / vs[0, n), 0 past nk (n >= nk; a tile's key block). */
+static inline void vt_attn_key_scales(const vt_attn_params *p, int b, int g, int64_t j0, int nk, int n, float *ks,
+                                      float *vs) {
+    for (int jj = 0; jj < n; jj++) {
+        ks[jj] = vs[jj] = 0.0f;
+        if (jj >= nk) continue;
+        memcpy(&ks[jj], vt_attn_row(p, p->k_scale_cache, p->ks_stride_block, p->ks_stride_tok, p->ks_stride_head, b, g,
+                                    j0 + jj), 4);
+        memcpy(&vs[jj], vt_attn_row(p, p->v_scale_cache, p->vs_stride_block, p->vs_stride_tok, p->vs_stride_head, b, g,
+                                    j0 + jj), 4);
+    }
 }
 
 /* Visible key range [*lo, *hi) of the query at key position pos. */
