@@ -15,7 +15,10 @@
 #define PF_BLOCKS 4 /* prefetch distance in key blocks */
 #endif
 #ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
+/* into L2: a block's K and V rows for all groups of a tile (up to 64 KB at H_kv 8, D 128, bf16)
+ * times the distance overflow L1 (measured, fp32 tile, GQA-1 32K keys from DRAM, C harness best of
+ * 6: T0 59-61 ns per key-head at 1 thread, T1 51-59; fp8 at 2 threads T0 50.8-56.3, T1 32.5-43.9) */
+#define PF_HINT _MM_HINT_T1
 #endif
 
 /* Lanes of the c-th 32-element chunk of a D-element row that hold elements. */
