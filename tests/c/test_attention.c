@@ -124,6 +124,17 @@ typedef struct problem {
 static const int QL[BATCH] = {1, 7, 1, 20};
 static const int KL[BATCH] = {1, 33, 700, 41};
 
+/* The four option sets of the grids: 0 plain (head size d0, block 16); 1 D 80, block 5, softcap +
+ * ALiBi; 2 D 72, left window + sink, descales; 3 D 160, block 5, non-causal window, descales. */
+static void problem_options(problem *pb, int opt, int d0) {
+    pb->D = opt == 1 ? 80 : (opt == 2 ? 72 : (opt == 3 ? 160 : d0));
+    pb->bs = opt & 1 ? 5 : 16;
+    pb->causal = opt != 3;
+    pb->wl = opt == 2 ? 9 : -1, pb->wr = opt == 3 ? 4 : -1;
+    pb->softcap = opt == 1 ? 5.0f : 0.0f;
+    pb->alibi = opt == 1, pb->sink = opt == 2, pb->descale = opt >= 2;
+}
+
 static void problem_make(problem *pb) {
     const int H = pb->H, Hkv = pb->Hkv, D = pb->D, bs = pb->bs;
     pb->es = vt_dtype_get(pb->kv)->elem_bytes;
@@ -295,12 +306,7 @@ static void test_against_reference(void) {
                 memset(&pb, 0, sizeof pb);
                 pb.kv = kvs[di];
                 pb.H = heads[hi][0], pb.Hkv = heads[hi][1];
-                pb.D = opt == 1 ? 80 : (opt == 2 ? 72 : (opt == 3 ? 160 : 64));
-                pb.bs = opt & 1 ? 5 : 16;
-                pb.causal = opt != 3;
-                pb.wl = opt == 2 ? 9 : -1, pb.wr = opt == 3 ? 4 : -1;
-                pb.softcap = opt == 1 ? 5.0f : 0.0f;
-                pb.alibi = opt == 1, pb.sink = opt == 2, pb.descale = opt >= 2;
+                problem_options(&pb, opt, 64);
                 problem_make(&pb);
                 char what[96];
                 snprintf(what, sizeof what, "kv=%s H=%d Hkv=%d D=%d bs=%d opt=%d", vt_dtype_get(pb.kv)->name, pb.H,
@@ -379,12 +385,7 @@ static void test_bf16dot_tile(void) {
                 memset(&pb, 0, sizeof pb);
                 pb.kv = kvs[di], pb.q_bf16 = 1;
                 pb.H = heads[hi][0], pb.Hkv = heads[hi][1];
-                pb.D = opt == 1 ? 80 : (opt == 2 ? 72 : (opt == 3 ? 160 : 128));
-                pb.bs = opt & 1 ? 5 : 16;
-                pb.causal = opt != 3;
-                pb.wl = opt == 2 ? 9 : -1, pb.wr = opt == 3 ? 4 : -1;
-                pb.softcap = opt == 1 ? 5.0f : 0.0f;
-                pb.alibi = opt == 1, pb.sink = opt == 2, pb.descale = opt >= 2;
+                problem_options(&pb, opt, 128);
                 problem_make(&pb);
                 const int T = pb.cu[BATCH];
                 const size_t n = (size_t)T * pb.H * pb.D;

@@ -27,14 +27,12 @@ vtinfer has no TurboQuant store of its own yet (see kv-formats.md Owed).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from tests.numerics import tq_twin
-from tests.numerics.test_kv_formats_triton import _require_triton
+from tests.numerics.test_kv_formats_triton import _require_triton, run_child
 from vtinfer.testing import upstream
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,14 +103,7 @@ def vllm_results(tmp_path_factory):
     cases = _cases()
     for i, c in enumerate(cases):
         np.savez(d / f"case_{i:03d}.npz", nb=NB, bs=BS, **c)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, CHILD, str(d)], env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"the Triton child failed:\n{proc.stderr[-3000:]}"
-    outs = []
-    for i in range(len(cases)):
-        with np.load(d / f"out_{i:03d}.npz") as z:
-            outs.append(dict(z))
-    return list(zip(cases, outs))
+    return run_child(CHILD, d, cases, timeout=900)
 
 
 def _key_bits(fmt: str) -> int:

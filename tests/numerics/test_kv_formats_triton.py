@@ -58,6 +58,20 @@ def _require_triton() -> None:
         pytest.skip("triton not installed (pip install triton==3.9.0)")
 
 
+def run_child(child: str, d, cases: list[dict], timeout: int) -> list[tuple[dict, dict]]:
+    """Run ``child DIR`` (its ``case_NNN.npz`` already written to ``d``, one per
+    case) with this tree first on PYTHONPATH; returns (case, out_NNN.npz as a
+    dict) pairs. The child's stderr tail is the failure message."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, child, str(d)], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"the Triton child failed:\n{proc.stderr[-3000:]}"
+    outs = []
+    for i in range(len(cases)):
+        with np.load(d / f"out_{i:03d}.npz") as z:
+            outs.append(dict(z))
+    return list(zip(cases, outs))
+
+
 def _grid():
     for fmt in FORMATS:
         for src in ("float32", "bfloat16"):
@@ -102,14 +116,7 @@ def triton_results(tmp_path_factory):
         # (float16 travels as itself; the child views bfloat16 bits back)
         np.savez(d / f"case_{i:03d}.npz", fmt=c["fmt"], src=c["src"], nb=NB, bs=BS, key=bits(c["key"]),
                  value=bits(c["value"]), slots=c["slots"])
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, CHILD, str(d)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"the Triton child failed:\n{proc.stderr[-3000:]}"
-    outs = []
-    for i in range(len(cases)):
-        with np.load(d / f"out_{i:03d}.npz") as z:
-            outs.append(dict(z))
-    return list(zip(cases, outs))
+    return run_child(CHILD, d, cases, timeout=600)
 
 
 def _ours(c: dict):
