@@ -82,7 +82,13 @@ class PagedKVCache(_C.PagedKVCache):
     dtype : str
         A storage dtype of the dtype table: ``"float32"``, ``"float16"``,
         ``"bfloat16"``, ``"fp8"``/``"fp8_e4m3"``, ``"fp8_e5m2"`` (or their
-        NumPy names), or ``"auto"`` with ``model_dtype=``.
+        NumPy names), a per-token-head format (``vt.PER_TOKEN_HEAD_DTYPES``:
+        code planes plus float32 ``[num_blocks, block_size, H_kv]`` scale
+        planes, :meth:`k_scale_cache` / :meth:`v_scale_cache`), or
+        ``"auto"`` with ``model_dtype=``. ``"int4_per_token_head"`` packs
+        two codes per byte: its K/V views are uint8 with a last dimension
+        of ``D / 2``; ``head_size`` must be even, at most 4096, with a
+        rotation block (largest power-of-two divisor) of at most 1024.
     layout : {"NHD", "HND"}
         ``NHD`` stores each layer's K (and V) as ``[num_blocks, block_size,
         H_kv, D]`` (vLLM's default); ``HND`` as ``[num_blocks, H_kv,
@@ -173,12 +179,22 @@ class PagedKVCache(_C.PagedKVCache):
         return super().store(layer, key, value, slot_mapping, num_threads=num_threads)
 
     @_framework.follows("slots")
-    def gather(self, layer: int, slots: Any) -> tuple[Any, Any]:
+    def gather(self, layer: int, slots: Any, *, rotated: bool = False) -> tuple[Any, Any]:
         """Read slots of one layer back as float32 ``(k, v)``, each ``[n, H_kv, D]``.
 
         Torch tensors when ``slots`` is a torch tensor, NumPy arrays otherwise.
+        Dequantized: fp8 codes times the layer's scale; per-token-head codes
+        times their (token, head) scale. ``int4_per_token_head`` stores its
+        codes in the Hadamard-rotated basis (vLLM's ``single_rht``): by
+        default each row ``y = (code - zp) * scale`` is rotated back,
+        ``s * (H_b y) / b`` per block of ``b`` (the largest power-of-two
+        divisor of D), so the result approximates the stored K/V; the
+        inverse butterfly runs in float32 (``log2(b)`` rounded additions per
+        element, then an exact ``/ b``). ``rotated=True`` returns ``y``
+        itself, the rotated values the read works on (ValueError for any
+        other dtype).
         """
-        return super().gather(layer, slots)
+        return super().gather(layer, slots, rotated=rotated)
 
     def layer_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """K and V scales of one layer: float32 of shape () or ``[num_kv_heads]``."""

@@ -5,7 +5,7 @@
  *               layout="NHD", k_scale=1.0, v_scale=1.0, *, model_dtype=None)
  *       key_cache(layer) / value_cache(layer) -> ndarray view (uint8 for fp8)
  *       store(layer, key, value, slot_mapping, *, num_threads=None)
- *       gather(layer, slots) -> (k float32 [n, H, D], v float32 [n, H, D])
+ *       gather(layer, slots, *, rotated=False) -> (k float32 [n, H, D], v float32 [n, H, D])
  *       release()                       # frees the storage; BufferError while views live
  *       _dlpack(layer=-1, which=-1, max_version=None) -> capsule
  *       __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
@@ -255,11 +255,17 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
 
 static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     static const char fn[] = "PagedKVCache.gather";
-    static char *kwlist[] = {"layer", "slots", NULL};
+    static char *kwlist[] = {"layer", "slots", "rotated", NULL};
     KVCacheObject *self = (KVCacheObject *)op;
     vt_module_state *st = vt_state_from_type(Py_TYPE(op));
-    PyObject *layer_obj, *s_obj;
-    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OO:gather", kwlist, &layer_obj, &s_obj)) return NULL;
+    PyObject *layer_obj, *s_obj, *rot_obj = Py_False;
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OO|$O:gather", kwlist, &layer_obj, &s_obj, &rot_obj))
+        return NULL;
+    if (!PyBool_Check(rot_obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: rotated must be a bool; got %s", fn, Py_TYPE(rot_obj)->tp_name);
+        return NULL;
+    }
+    const int rotated = rot_obj == Py_True;
     int64_t layer;
     if (vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
     PyObject *sl = PyArray_FromAny(s_obj, NULL, 0, 0, 0, NULL);
@@ -294,8 +300,8 @@ static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     vt_status s;
     vt_kv_exports_add(self, 1); /* a concurrent release() must wait for the kernel */
     Py_BEGIN_ALLOW_THREADS
-    s = vt_kv_cache_gather(self->c, layer, PyArray_DATA((PyArrayObject *)s64), (int64_t)n,
-                           PyArray_DATA((PyArrayObject *)k), PyArray_DATA((PyArrayObject *)v), &err);
+    s = vt_kv_cache_gather_basis(self->c, layer, PyArray_DATA((PyArrayObject *)s64), (int64_t)n,
+                                 PyArray_DATA((PyArrayObject *)k), PyArray_DATA((PyArrayObject *)v), rotated, &err);
     Py_END_ALLOW_THREADS
     vt_kv_exports_add(self, -1);
     Py_DECREF(s64);
@@ -328,14 +334,18 @@ static PyObject *kv_repr(PyObject *op) {
     vt_kv_scale_mode km, vm;
     (void)vt_kv_cache_scales(c, 0, &km);
     (void)vt_kv_cache_scales(c, 1, &vm);
-    char buf[512];
+    char buf[512], scales[96];
+    if (vt_dtype_per_token_head(g->dtype)) /* the tensor scales are unused: say where the scales are */
+        snprintf(scales, sizeof scales, "scales=per-token-head float32 planes%s",
+                 g->dtype == VT_DTYPE_INT4_PTH ? ", codes=2 per byte (rotated)" : "");
+    else
+        snprintf(scales, sizeof scales, "k_scale=%s, v_scale=%s", modes[km], modes[vm]);
     snprintf(buf, sizeof buf,
              "PagedKVCache(num_layers=%lld, num_blocks=%lld, block_size=%lld, num_kv_heads=%lld, head_size=%lld, "
-             "dtype='%s', layout='%s', page_bytes=%zu, nbytes=%zu, k_scale=%s, v_scale=%s%s)",
+             "dtype='%s', layout='%s', page_bytes=%zu, nbytes=%zu, %s%s)",
              (long long)g->num_layers, (long long)g->num_blocks, (long long)g->block_size,
              (long long)g->num_kv_heads, (long long)g->head_size, vt_dtype_get(g->dtype)->name, layout_name(g->layout),
-             vt_kv_cache_page_bytes(c), vt_kv_cache_nbytes(c), modes[km], modes[vm],
-             vt_kv_cache_is_released(c) ? ", released" : "");
+             vt_kv_cache_page_bytes(c), vt_kv_cache_nbytes(c), scales, vt_kv_cache_is_released(c) ? ", released" : "");
     return PyUnicode_FromString(buf);
 }
 
@@ -428,7 +438,8 @@ static PyMethodDef kv_methods[] = {
      "store($self, /, layer, key, value, slot_mapping, *, num_threads=None)\n--\n\nStore key/value [num_tokens, "
      "H_kv, D] at slot_mapping (int64; negative skips)."},
     {"gather", (PyCFunction)(void (*)(void))kv_gather, METH_VARARGS | METH_KEYWORDS,
-     "gather($self, /, layer, slots)\n--\n\nRead slots back as float32 (k, v), each [n, H_kv, D]."},
+     "gather($self, /, layer, slots, *, rotated=False)\n--\n\nRead slots back as float32 (k, v), each [n, H_kv, "
+     "D]; int4_per_token_head: rotated back to the stored basis unless rotated=True."},
     {"release", kv_release, METH_NOARGS,
      "release($self, /)\n--\n\nFree the storage now; BufferError while a view or DLPack export is alive."},
     {"_dlpack", (PyCFunction)(void (*)(void))vt_kv_private_dlpack, METH_VARARGS | METH_KEYWORDS,

@@ -27,15 +27,16 @@ static PyObject *export_pin_new(KVCacheObject *self) {
 }
 
 /* NumPy view of K (which 0) or V (1) of a layer: the layout's shape,
- * contiguous, writable, uint8 for fp8. */
+ * contiguous, writable, uint8 for fp8 (and for int4's packed codes, last dimension D / 2). */
 static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
     const char *fn = which ? "PagedKVCache.value_cache" : "PagedKVCache.key_cache";
     vt_module_state *st = vt_state_from_type(Py_TYPE(self));
     int64_t layer;
     if (!st || vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
     const vt_kv_cache_config *g = vt_kv_cache_get_config(self->c);
+    /* the last dimension: D elements, or D / 2 bytes of packed int4 codes */
     npy_intp dims[4] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads,
-                        (npy_intp)g->head_size};
+                        (npy_intp)(vt_kv_cache_row_bytes(self->c) / vt_kv_cache_elem_bytes(self->c))};
     if (g->layout == VT_KV_LAYOUT_HND) {
         dims[1] = (npy_intp)g->num_kv_heads;
         dims[2] = (npy_intp)g->block_size;
@@ -144,7 +145,7 @@ static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which
     const int64_t es = (int64_t)vt_kv_cache_elem_bytes(c), region = (int64_t)(vt_kv_cache_region_bytes(c) / vt_kv_cache_elem_bytes(c));
     dl_export *e = PyMem_RawCalloc(1, sizeof *e);
     if (!e) return PyErr_NoMemory();
-    int64_t inner[4] = {g->num_blocks, g->block_size, g->num_kv_heads, g->head_size};
+    int64_t inner[4] = {g->num_blocks, g->block_size, g->num_kv_heads, (int64_t)vt_kv_cache_row_bytes(c) / es};
     if (g->layout == VT_KV_LAYOUT_HND) {
         inner[1] = g->num_kv_heads;
         inner[2] = g->block_size;

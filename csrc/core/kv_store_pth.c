@@ -29,8 +29,6 @@
 /* Elements converted to float32 at once; longer rows take two passes. */
 #define PTH_PIECE 512
 #define PTH_PARALLEL_MIN_ELEMS ((int64_t)1 << 15)
-/* int4 rows are rotated whole on the stack. */
-#define VT_KV_INT4_MAX_D 4096
 
 /* Quantize n float32 values with reciprocal r into int8 codes (scalar twin). */
 static void quant_int8_scalar(const float *x, uint8_t *dst, int64_t n, float r, float qmax, float qmin) {

@@ -46,14 +46,19 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
                                 (long long)dims[i].v);
     const vt_dtype_info *di = vt_dtype_get(cfg->dtype);
     if (!di) return vt_error_set(err, VT_ERR_VALUE, "%s: dtype must be a storage dtype; got id %d", fn, (int)cfg->dtype);
-    if (cfg->dtype == VT_DTYPE_INT4_PTH) /* packed half-byte planes: owed (kv-formats.md) */
-        return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: dtype 'int4_per_token_head' is not built for the paged cache "
-                            "yet (store into caller-owned caches with reshape_and_cache_flash)", fn);
+    if (cfg->dtype == VT_DTYPE_INT4_PTH && (cfg->head_size % 2 || cfg->head_size > VT_KV_INT4_MAX_D ||
+                                            vt_int4_rht_block(cfg->head_size) > VT_INT4_RHT_MAX))
+        return vt_error_set(err, VT_ERR_VALUE,
+                            "%s: head_size must be even and at most %d for dtype 'int4_per_token_head' (two codes "
+                            "per byte, a rotation block of at most %d); got %lld",
+                            fn, VT_KV_INT4_MAX_D, VT_INT4_RHT_MAX, (long long)cfg->head_size);
     if (cfg->layout != VT_KV_LAYOUT_NHD && cfg->layout != VT_KV_LAYOUT_HND)
         return vt_error_set(err, VT_ERR_VALUE, "%s: layout must be 'NHD' or 'HND'; got id %d", fn, (int)cfg->layout);
     size_t row, blk, kv, page, region, total;
     vt_status st;
-    if ((st = mul(fn, (size_t)cfg->num_kv_heads, (size_t)cfg->head_size, &row, err)) ||
+    /* Bytes of one head row: D * elem_bytes, D / 2 for int4 (two codes per byte). */
+    const size_t row_elems = (size_t)cfg->head_size * (size_t)di->elem_bits / 8 / di->elem_bytes;
+    if ((st = mul(fn, (size_t)cfg->num_kv_heads, row_elems, &row, err)) ||
         (st = mul(fn, row, di->elem_bytes, &row, err)) || (st = mul(fn, row, (size_t)cfg->block_size, &blk, err)) ||
         (st = mul(fn, blk, (size_t)cfg->num_blocks, &kv, err)) ||
         (st = mul(fn, blk, (size_t)cfg->num_layers, &page, err)) || (st = mul(fn, page, 2, &page, err)))
@@ -93,6 +98,7 @@ vt_status vt_kv_cache_create(const vt_kv_cache_config *cfg, vt_kv_cache **out, v
     if (!c) return vt_error_set(err, VT_ERR_NOMEM, "%s: memory must be available; got an allocation failure", fn);
     c->cfg = *cfg;
     c->elem_bytes = vt_dtype_get(cfg->dtype)->elem_bytes;
+    c->row_bytes = vt_dtype_row_bytes(cfg->dtype, (size_t)cfg->head_size);
     c->kv_bytes = kv;
     c->region_bytes = region;
     c->page_bytes = page;
@@ -199,16 +205,16 @@ static vt_kv_dst scale_dst(const vt_kv_cache *c, int64_t layer, int which) {
 /* Destination strides of a layer's K or V storage in the cache's layout. */
 static vt_kv_dst layer_dst(const vt_kv_cache *c, int64_t layer, int which) {
     const int64_t bs = c->cfg.block_size, H = c->cfg.num_kv_heads, D = c->cfg.head_size;
-    const int64_t es = (int64_t)c->elem_bytes;
+    const int64_t row = (int64_t)c->row_bytes; /* D * elem bytes; D / 2 for int4 */
     vt_kv_dst d;
     d.base = vt_kv_cache_layer_data(c, layer, which);
-    d.stride_block = bs * H * D * es;
+    d.stride_block = bs * H * row;
     if (c->cfg.layout == VT_KV_LAYOUT_NHD) {
-        d.stride_slot = H * D * es;
-        d.stride_head = D * es;
+        d.stride_slot = H * row;
+        d.stride_head = row;
     } else {
-        d.stride_slot = D * es;
-        d.stride_head = bs * D * es;
+        d.stride_slot = row;
+        d.stride_head = bs * row;
     }
     d.stride_chunk = 0;
     d.chunk = D;
@@ -262,9 +268,20 @@ vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const void *key
 
 vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t *slots, int64_t n, float *k_out,
                              float *v_out, vt_error *err) {
+    return vt_kv_cache_gather_basis(c, layer, slots, n, k_out, v_out, 0, err);
+}
+
+vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const int64_t *slots, int64_t n,
+                                   float *k_out, float *v_out, int rotated, vt_error *err) {
     static const char fn[] = "PagedKVCache.gather";
     vt_status st = check_layer(c, fn, layer, err);
     if (st != VT_OK) return st;
+    const int int4 = c->cfg.dtype == VT_DTYPE_INT4_PTH;
+    if (rotated && !int4)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: rotated must be False for dtype '%s' (only int4_per_token_head "
+                            "stores rotated codes); got True", fn, vt_dtype_get(c->cfg.dtype)->name);
+    /* int4: the inverse of the store's rotation, s ⊙ (H y) / b per block (1 / b is a power of two). */
+    const float inv_b = int4 ? 1.0f / (float)vt_int4_rht_block(c->cfg.head_size) : 1.0f;
     const int64_t bs = c->cfg.block_size, H = c->cfg.num_kv_heads, D = c->cfg.head_size;
     const int64_t limit = bs * c->cfg.num_blocks; /* fits: the allocation exists */
     for (int64_t i = 0; i < n; i++)
@@ -288,6 +305,10 @@ vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t 
                     memcpy(&sc, (const char *)sd.base + b * sd.stride_block + o * sd.stride_slot + h * sd.stride_head,
                            sizeof sc);
                     vt_pth_dequant_row(c->cfg.dtype, (const uint8_t *)src, dst, D, sc);
+                    if (int4 && !rotated) {
+                        vt_int4_rht(dst, D, 1);
+                        for (int64_t e = 0; e < D; e++) dst[e] *= inv_b;
+                    }
                 } else if (f >= 0) {
                     k->dequant[f][VT_DTYPE_F32]((const uint8_t *)src, dst, (size_t)D, scales[h]);
                 } else {
@@ -303,6 +324,7 @@ vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t 
 
 const vt_kv_cache_config *vt_kv_cache_get_config(const vt_kv_cache *c) { return &c->cfg; }
 size_t vt_kv_cache_elem_bytes(const vt_kv_cache *c) { return c->elem_bytes; }
+size_t vt_kv_cache_row_bytes(const vt_kv_cache *c) { return c->row_bytes; }
 size_t vt_kv_cache_kv_bytes(const vt_kv_cache *c) { return c->kv_bytes; }
 size_t vt_kv_cache_region_bytes(const vt_kv_cache *c) { return c->region_bytes; }
 size_t vt_kv_cache_page_bytes(const vt_kv_cache *c) { return c->page_bytes; }

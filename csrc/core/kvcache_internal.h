@@ -11,9 +11,10 @@
 struct vt_kv_cache {
     vt_kv_cache_config cfg;
     size_t elem_bytes;
-    size_t kv_bytes;        /* bytes of one layer's K (or V): num_blocks * block_size * H * D * elem */
+    size_t row_bytes;       /* one head row: head_size * elem_bytes (head_size / 2 for int4_per_token_head) */
+    size_t kv_bytes;        /* bytes of one layer's K (or V): num_blocks * block_size * H * row_bytes */
     size_t region_bytes;    /* kv_bytes rounded up to 64 */
-    size_t page_bytes;      /* one block over all layers, K and V: 2 * L * block_size * H * D * elem
+    size_t page_bytes;      /* one block over all layers, K and V: 2 * L * block_size * H * row_bytes
                              * (+ 8 * L * block_size * H for the scale planes of a per-token-head dtype) */
     size_t nbytes;          /* the allocation: 2 * L * (region_bytes + scale_region_bytes) */
     unsigned char *data;    /* NULL after vt_kv_cache_release */

@@ -61,6 +61,8 @@ void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, 
 
 /* int4_per_token_head (kv_store_int4.c). Largest rotation block (the sign table's length). */
 #define VT_INT4_RHT_MAX 1024
+/* Largest int4 head size (rows are rotated whole on the stack). */
+#define VT_KV_INT4_MAX_D 4096
 /* Rotation block of a head size d: its largest power-of-two divisor. */
 int64_t vt_int4_rht_block(int64_t d);
 /* In place on x[d]: vLLM's single_rht (inverse = 0: H (s ⊙ x) per block) or its inverse without the

@@ -182,3 +182,52 @@ def test_paged_layout_store_refuses_per_token_head():
                                          r"\(vLLM stores per-token-head formats in the flash layout"):
         vt.reshape_and_cache(k, k, kc, vc, np.arange(T), "int8_per_token_head", 1.0, 1.0)
     assert not kc.any() and not vc.any()
+
+
+# ---- int4_per_token_head in PagedKVCache: construction, store, gather and the cache's read
+
+I4 = "int4_per_token_head"
+
+
+def int4_setup():
+    c, q, kw = setup(I4)
+    return c, q, kw
+
+
+def _attention_not_causal(c, q, kw, out):
+    c.attention(0, q, causal=False, out=out, **kw)
+
+
+INT4_CACHE_CASES = [
+    ("odd head size", lambda c, q, kw, out: vt.PagedKVCache(1, NB, BS, HKV, 63, I4), ValueError,
+     r"PagedKVCache: head_size must be even and at most 4096 for dtype 'int4_per_token_head' .*; got 63"),
+    ("rotation block over 1024", lambda c, q, kw, out: vt.PagedKVCache(1, NB, BS, HKV, 2048, I4), ValueError,
+     r"PagedKVCache: head_size must be even .*a rotation block of at most 1024\); got 2048"),
+    ("head size over 4096", lambda c, q, kw, out: vt.PagedKVCache(1, NB, BS, HKV, 6144, I4), ValueError,
+     r"PagedKVCache: head_size must be even and at most 4096 .*; got 6144"),
+    ("store of another head size", lambda c, q, kw, out: c.store(0, np.ones((2, HKV, D // 2), np.float32),
+                                                                 np.ones((2, HKV, D // 2), np.float32), np.arange(2)),
+     ValueError, r"PagedKVCache.store: key must have shape \[num_tokens, 2, 64\]"),
+    ("store of int8 rows", lambda c, q, kw, out: c.store(0, np.ones((2, HKV, D), np.int8),
+                                                         np.ones((2, HKV, D), np.int8), np.arange(2)),
+     TypeError, r"PagedKVCache.store: key must have dtype float32, float16, or bfloat16; got int8"),
+    ("gather rotated not a bool", lambda c, q, kw, out: c.gather(0, np.arange(2), rotated=1), TypeError,
+     r"PagedKVCache.gather: rotated must be a bool; got int"),
+    ("gather rotated of an 8-bit format", lambda c, q, kw, out: setup()[0].gather(0, np.arange(2), rotated=True),
+     ValueError, r"PagedKVCache.gather: rotated must be False for dtype 'int8_per_token_head' \(only "
+                 r"int4_per_token_head stores rotated codes\); got True"),
+    ("attention not causal", _attention_not_causal, ValueError,
+     r"causal must be True for kv_cache_dtype 'int4_per_token_head'"),
+]
+
+
+@pytest.mark.parametrize("name,call,exc,match", INT4_CACHE_CASES, ids=[c[0] for c in INT4_CACHE_CASES])
+def test_int4_cache_refusals_write_nothing(name, call, exc, match):
+    c, q, kw = int4_setup()
+    out = np.full((1, H, D), 7.0, np.float32)
+    before = [a.copy() for a in (c.key_cache(0), c.value_cache(0), c.k_scale_cache(0), c.v_scale_cache(0))]
+    with pytest.raises(exc, match=match):
+        call(c, q, kw, out)
+    assert (out == 7.0).all()
+    for a, b in zip((c.key_cache(0), c.value_cache(0), c.k_scale_cache(0), c.v_scale_cache(0)), before):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))

@@ -156,6 +156,9 @@ def test_page_bytes_and_plan_equal_vllm(tmp_path):
     assert res.dtype == FMT and res.cache_dtype == FMT
     plan = vt.plan_kv_cache(tmp_path, FMT, block_size=16, num_blocks=10)
     assert plan.bytes_per_block == int4_twin.page_bytes(3, 16, 2, 64) == 3 * 2 * 16 * (64 + 8)
+    cache = vt.PagedKVCache.from_checkpoint(tmp_path, FMT, num_blocks=4)
+    assert cache.dtype == FMT and cache.page_bytes == plan.bytes_per_block
+    assert cache.key_cache(2).shape == (4, 16, 2, 32) and cache.key_cache(2).dtype == np.uint8
 
 
 def test_table_row():
@@ -182,8 +185,6 @@ def test_refusals_name_the_argument():
         store(np.ones((1, 1, 6144), np.float32), np.ones((1, 1, 6144), np.float32), kc2, vc2, ks2, vs2,
               np.arange(1))
     np.testing.assert_array_equal(page, before)
-    with pytest.raises(NotImplementedError, match=r"PagedKVCache: dtype 'int4_per_token_head' is not built"):
-        vt.PagedKVCache(1, 2, 16, 1, 64, FMT)
 
 
 # ---- the read: flash_attn_varlen_func over int4 caches (the scalar twin on every ISA)

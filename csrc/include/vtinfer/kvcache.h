@@ -108,7 +108,8 @@ typedef struct vt_kv_cache vt_kv_cache;
 /* Accessors; c must be a cache from vt_kv_cache_create (released or not). */
 VT_API const vt_kv_cache_config *vt_kv_cache_get_config(const vt_kv_cache *c); /* the geometry it was made with */
 VT_API size_t vt_kv_cache_elem_bytes(const vt_kv_cache *c);   /* bytes of one stored element */
-VT_API size_t vt_kv_cache_kv_bytes(const vt_kv_cache *c);     /* one layer's K (or V): blocks*block_size*H*D*elem */
+VT_API size_t vt_kv_cache_row_bytes(const vt_kv_cache *c);    /* bytes of one head row: D * elem (D / 2 for int4) */
+VT_API size_t vt_kv_cache_kv_bytes(const vt_kv_cache *c);     /* one layer's K (or V): blocks*block_size*H*row_bytes */
 VT_API size_t vt_kv_cache_region_bytes(const vt_kv_cache *c); /* kv_bytes rounded up to 64 (layer_data's spacing) */
 VT_API size_t vt_kv_cache_page_bytes(const vt_kv_cache *c);   /* one block over all layers, K and V (+ scale planes) */
 VT_API size_t vt_kv_cache_nbytes(const vt_kv_cache *c);       /* the whole allocation */
@@ -167,12 +168,18 @@ VT_API vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const vo
                                    int64_t num_tokens, int num_threads, vt_error *err);
 
 /* Read slots of `layer` back as float32: k_out and v_out [n, H, D]
- * contiguous, written (dequantized with the layer's scales for fp8).
+ * contiguous, written (dequantized with the layer's scales for fp8; code *
+ * scale for a per-token-head dtype; for int4_per_token_head (code - zp) *
+ * scale rotated back to the stored basis, s ⊙ (H y) / b in float32).
  * Status: VT_ERR_INDEX (layer or a slot out of range, negative slots
  * included), VT_ERR_VALUE (released storage). Nothing is written on
  * error. */
 VT_API vt_status vt_kv_cache_gather(const vt_kv_cache *c, int64_t layer, const int64_t *slots, int64_t n,
                                     float *k_out, float *v_out, vt_error *err);
+/* vt_kv_cache_gather; rotated = 1 keeps int4_per_token_head's values in the rotated basis the codes are
+ * stored in (VT_ERR_VALUE for any other dtype). */
+VT_API vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const int64_t *slots, int64_t n,
+                                          float *k_out, float *v_out, int rotated, vt_error *err);
 
 #ifdef __cplusplus
 }
