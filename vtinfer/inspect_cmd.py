@@ -48,7 +48,9 @@ def inspect_checkpoint(model: str, kv_cache_dtype: str = "auto", kv_cache_memory
                             explain=explain if r == 0 else None, tensor_parallel_size=tp, rank=r,
                             unquantized_layers=skip, **opts)
         per_rank.append(sc)
-    out["scales"] = {"quantized": quantized, "messages": msgs, "per_head": res.per_head_scales,
+    per_token_head = res.dtype is not None and vt.dtype_info(res.dtype).scale_kind == "token_head"
+    out["scales"] = {"quantized": quantized, "per_token_head": per_token_head, "messages": msgs,
+                     "per_head": res.per_head_scales,
                      "compressed_tensors": opts["compressed_tensors"], "layers": [
         {"layer": s.layer, "k_scale": s.k_scale, "v_scale": s.v_scale, "q_scale": s.q_scale, "origin": s.origin,
          "k_tensor": s.k_tensor, "v_tensor": s.v_tensor, "q_tensor": s.q_tensor,
@@ -119,8 +121,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for m in dec["messages"]:
         print(f"  log            {m}")
     s = d["scales"]
-    print(f"scales           {'used' if s['quantized'] else 'ignored (unquantized cache)'}"
-          f"{' (per KV head, compressed-tensors attn_head)' if s['per_head'] else ''}")
+    if s.get("per_token_head"):  # vLLM's per-token-head formats: scales made at store, none loaded
+        print(f"scales           per (token, KV head), computed at store into float32 planes beside the "
+              f"{dec['dtype']} codes; checkpoint k_scale / v_scale unused")
+    else:
+        print(f"scales           {'used' if s['quantized'] else 'ignored (unquantized cache)'}"
+              f"{' (per KV head, compressed-tensors attn_head)' if s['per_head'] else ''}")
     if "k_scale" in (s["layers"][0] if s["layers"] else {}):
         print(f"  {'layer':>5}  {'k_scale':>12}  {'v_scale':>12}  {'q_scale':>12}  origin")
         # issue #15: consecutive layers with the same scales fold into one row

@@ -9,7 +9,7 @@ import pytest
 
 from tests.model import refmodel
 from tests.model.conftest import MODEL_TYPES
-from tests.numerics import pth_twin
+from tests.numerics import int4_twin, pth_twin
 from vtinfer.models import Decoder
 
 
@@ -47,6 +47,10 @@ def _kv_round_fn(kind, ks=None, vs=None):
             return x32.astype(ml_dtypes.bfloat16).astype(np.float64)
         if kind == "float16":
             return x32.astype(np.float16).astype(np.float64)
+        if kind == "int4_per_token_head":  # the twin's rotated codes, rotated back in float64 (the read's
+            # rotation of q and of the output is that inverse, up to float32 rounding)
+            from tests.numerics.test_kv_formats_int4_cache import inverse_rotation_f64
+            return inverse_rotation_f64(int4_twin.dequantize(*int4_twin.quantize(x32)))
         if kind in pth_twin.QUANT:  # per-token-head: the NumPy twin's store and read
             return pth_twin.dequantize(*pth_twin.quantize(x32, kind), kind).astype(np.float64)
         s = scale_of(ks if which == "k" else vs, layer, x.shape).astype(np.float32)
@@ -68,7 +72,7 @@ SCALES = {
 @pytest.mark.parametrize("kind,scales", [("bfloat16", "one"), ("float16", "one"), ("fp8_e4m3", "one"),
                                          ("fp8_e4m3", "per-layer"), ("fp8_e4m3", "per-head"),
                                          ("fp8_e5m2", "per-layer"), ("int8_per_token_head", "one"),
-                                         ("fp8_per_token_head", "one")])
+                                         ("fp8_per_token_head", "one"), ("int4_per_token_head", "one")])
 def test_quantized_kv_matches_reference_with_same_rounding(tiny_dirs, model_type, kind, scales):
     # The oracle rounds K/V exactly as the cache stores them (ml_dtypes, x/scale,
     # saturating), so a dropped, swapped or misrouted scale shows up as a large error.

