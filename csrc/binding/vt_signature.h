@@ -2,7 +2,7 @@
  * parameters in order as X(name, default): default NULL is a required
  * parameter, otherwise the Python text of the default. The first `npos`
  * are positional-or-keyword, the rest keyword-only. From one table come
- * the argument struct's fields, the kwlist, the PyArg format and the
+ * the argument struct's fields, the kwlist, the parse and the
  * docstring's signature line (so inspect.signature works);
  * tests/binding/test_signatures.py compares that line with _C.pyi and the
  * Python wrappers. Adding an argument is one line here (plus its use). */
@@ -65,7 +65,8 @@
     X(num_threads, "None")
 
 /* The Python arguments of reshape_and_cache_flash (a superset of
- * reshape_and_cache's: layout stays NULL there). */
+ * reshape_and_cache's: layout and the scale caches stay NULL there). The
+ * fields are in table order: the parser writes them as an array. */
 typedef struct vt_store_pyargs {
 #define VT_X_FIELD(name, dflt) PyObject *name;
     VT_STORE_FLASH_ARGS(VT_X_FIELD)
@@ -73,29 +74,37 @@ typedef struct vt_store_pyargs {
 } vt_store_pyargs;
 
 /* The Python arguments of flash_attn_varlen_func by name (borrowed; NULL
- * when not given; validate only ever given to vtinfer._cuda's). */
+ * when not given; validate only ever given to vtinfer._cuda's), in table
+ * order: the parser writes them as an array. */
 typedef struct vt_attn_pyargs {
 #define VT_X_FIELD(name, dflt) PyObject *name;
     VT_ATTN_CUDA_ARGS(VT_X_FIELD)
 #undef VT_X_FIELD
 } vt_attn_pyargs;
 
-/* A parsed signature: kwlist, PyArg format ("OOO|$OO..."), defaults. */
+/* The most parameters a table may have. */
+#define VT_SIG_MAX_ARGS 32
+
+/* A signature: its names, defaults, and the names as interned str objects
+ * (made on the first parse, under the GIL). */
 typedef struct vt_signature {
     const char *name;
     int npos, nargs;
     char *const *kwlist;
     const char *const *defaults;
-    char format[72];
+    PyObject *interned[VT_SIG_MAX_ARGS];
 } vt_signature;
 
-/* The signatures (format filled on first use). */
+/* The signatures. */
 const vt_signature *vt_attn_signature(int cuda); /* cuda: VT_ATTN_CUDA_ARGS */
 const vt_signature *vt_store_flash_signature(void);
 const vt_signature *vt_store_x_signature(void);
 
-/* Parse args/kw into `a` (fields in table order) by `sig`; a required
- * keyword-only argument that is missing is a TypeError naming it. */
+/* Parse args/kw into `a` (fields in table order, borrowed, NULL where not
+ * given) by the table: positional ones by position, keywords by name (a
+ * pointer compare against the interned names first); too many positional
+ * arguments, an unknown or repeated keyword and a missing required argument
+ * are TypeErrors in CPython's wording. Called with the GIL. */
 int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, int cuda, vt_attn_pyargs *a);
 /* The same for the stores (xsplit: reshape_and_cache's signature). */
 int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pyargs *a);
