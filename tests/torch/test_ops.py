@@ -267,3 +267,63 @@ def test_per_token_head_store_and_read_with_scale_caches(fmt):
     assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
     opcheck(ops.flash_attn_varlen_func, (q, kc, vc, cu, sk, bt), {"kv_cache_dtype": fmt, "k_scale_cache": ks,
                                                                   "v_scale_cache": vs})
+
+
+def _vllm_page(fmt, nb, bs, hkv, d, typed=True):
+    """vLLM's per-token-head page as its backend builds it: one uint8 tensor
+    [nb, H_kv, bs, 2 * (row + 4)] (row = D, or D / 2 for int4), the K / V
+    code views split from it (int8 / float8_e4m3fn / uint8), and the
+    float32 scale caches as as_strided views into its 4-byte pads (they
+    alias the code tensors' storage). typed=False keeps fp8 codes uint8
+    (opcheck's schema check compares inputs with allclose, which torch 2.13
+    lacks for float8 on the CPU)."""
+    row = d // 2 if fmt == "int4_per_token_head" else d
+    kv = torch.zeros((nb, hkv, bs, 2 * (row + 4)), dtype=torch.uint8)
+    base = torch.tensor([], dtype=torch.float32).set_(kv.untyped_storage())
+    s = kv.stride()
+    ks = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), row // 4)
+    vs = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), (2 * row + 4) // 4)
+    ks.fill_(1.0)
+    vs.fill_(1.0)
+    kc, vc = kv.transpose(1, 2).split(row + 4, dim=-1)
+    code = {"int8_per_token_head": torch.int8, "fp8_per_token_head": torch.float8_e4m3fn if typed else None}.get(fmt)
+    if code is not None:
+        kc, vc = kc.view(code), vc.view(code)
+    return kv, (kc, vc, ks, vs)
+
+
+@pytest.mark.parametrize("fmt", ["int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"])
+def test_per_token_head_ops_over_vllms_aliasing_page(fmt):
+    """The ops on vLLM's own page, whose scale caches alias the code caches'
+    storage: the store's bytes equal vt.reshape_and_cache_flash's on
+    separate caches, the read equals vt's on those, and opcheck accepts both
+    ops over the aliasing views."""
+    nb, bs, hkv, d, n = 3, 16, 2, 64, 20
+    row = d // 2 if fmt == "int4_per_token_head" else d
+    g = torch.Generator().manual_seed(5)
+    key, value = torch.randn(n, hkv, d, generator=g), torch.randn(n, hkv, d, generator=g)
+    slot = torch.randperm(nb * bs, generator=g)[:n].to(torch.int64)
+    one = torch.ones(1)
+    kv, (kc, vc, ks, vs) = _vllm_page(fmt, nb, bs, hkv, d)
+    ops.reshape_and_cache_flash(key, value, kc, vc, slot, fmt, one, one, ks, vs)
+    code = torch.int8 if fmt == "int8_per_token_head" else torch.uint8
+    ref = (torch.zeros(nb, bs, hkv, row, dtype=code), torch.zeros(nb, bs, hkv, row, dtype=code),
+           torch.ones(nb, bs, hkv), torch.ones(nb, bs, hkv))
+    vt.reshape_and_cache_flash(key, value, *ref[:2], slot, fmt, one, one, k_scale_cache=ref[2], v_scale_cache=ref[3])
+    assert torch.equal(kc.view(torch.uint8)[..., :row], ref[0].view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8)[..., :row], ref[1].view(torch.uint8))
+    assert torch.equal(ks, ref[2]) and torch.equal(vs, ref[3]) and not torch.equal(ks, torch.ones_like(ks))
+    _, fresh = _vllm_page(fmt, nb, bs, hkv, d, typed=False)
+    opcheck(ops.reshape_and_cache_flash, (key, value, fresh[0], fresh[1], slot, fmt, one, one, fresh[2], fresh[3]))
+    q = torch.randn(2, 4, d, generator=g)
+    cu, sk = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([n, 7], dtype=torch.int32)
+    bt = torch.tensor([[0, 1, 2], [2, 0, 1]], dtype=torch.int32)
+    kw = {"kv_cache_dtype": fmt, "k_scale_cache": ks, "v_scale_cache": vs}
+    out, lse = ops.flash_attn_varlen_func(q, kc, vc, cu, sk, bt, **kw)
+    want, want_lse = vt.flash_attn_varlen_func(q, ref[0], ref[1], cu_seqlens_q=cu, seqused_k=sk, block_table=bt,
+                                               kv_cache_dtype=fmt, k_scale_cache=ref[2], v_scale_cache=ref[3],
+                                               return_lse=True)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+    if fmt == "fp8_per_token_head":
+        kc, vc = kc.view(torch.uint8), vc.view(torch.uint8)
+    opcheck(ops.flash_attn_varlen_func, (q, kc, vc, cu, sk, bt), kw)
