@@ -19,6 +19,7 @@ import pytest
 import vtinfer as vt
 from tests.numerics import pth_twin
 from tests.numerics.test_attention_oracle import check_close
+from tests.torch._util import vllm_pth_page
 
 FORMATS = ("int8_per_token_head", "fp8_per_token_head")
 
@@ -130,15 +131,7 @@ def test_store_and_read_through_torch_views_as_vllm_builds_them():
     torch = pytest.importorskip("torch")
     fmt = "fp8_per_token_head"
     nb, bs, hkv, d, n = 3, 16, 2, 64, 25
-    kv = torch.zeros((nb, hkv, bs, 2 * (d + 4)), dtype=torch.uint8)
-    base = torch.tensor([], dtype=torch.float32).set_(kv.untyped_storage())
-    s = kv.stride()
-    ks = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), d // 4)
-    vs = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), (2 * d + 4) // 4)
-    ks.fill_(1.0)
-    vs.fill_(1.0)
-    key_cache, value_cache = kv.transpose(1, 2).split(d + 4, dim=-1)
-    key_cache, value_cache = key_cache.view(torch.float8_e4m3fn), value_cache.view(torch.float8_e4m3fn)
+    _, (key_cache, value_cache, ks, vs) = vllm_pth_page(torch, fmt, nb, bs, hkv, d)
     rng = np.random.default_rng(9)
     k, v = rows(rng, n, hkv, d), rows(rng, n, hkv, d)
     slots = np.arange(n, dtype=np.int64)

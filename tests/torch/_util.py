@@ -35,3 +35,26 @@ def as_numpy(t) -> np.ndarray:
     if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         return t.view(torch.uint8).numpy().copy()
     return t.numpy().copy()
+
+
+def vllm_pth_page(torch, fmt: str, nb: int, bs: int, hkv: int, d: int, typed: bool = True):
+    """vLLM's per-token-head page as its backend builds it: one uint8 tensor
+    [nb, H_kv, bs, 2 * (row + 4)] (row = D, or D / 2 for int4), the K / V
+    code views split from it (int8 / float8_e4m3fn / uint8), and the
+    float32 scale caches as as_strided views into its 4-byte pads (they
+    alias the code tensors' storage). typed=False keeps fp8 codes uint8
+    (opcheck's schema check compares inputs with allclose, which torch 2.13
+    lacks for float8 on the CPU)."""
+    row = d // 2 if fmt == "int4_per_token_head" else d
+    kv = torch.zeros((nb, hkv, bs, 2 * (row + 4)), dtype=torch.uint8)
+    base = torch.tensor([], dtype=torch.float32).set_(kv.untyped_storage())
+    s = kv.stride()
+    ks = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), row // 4)
+    vs = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), (2 * row + 4) // 4)
+    ks.fill_(1.0)
+    vs.fill_(1.0)
+    kc, vc = kv.transpose(1, 2).split(row + 4, dim=-1)
+    code = {"int8_per_token_head": torch.int8, "fp8_per_token_head": torch.float8_e4m3fn if typed else None}.get(fmt)
+    if code is not None:
+        kc, vc = kc.view(code), vc.view(code)
+    return kv, (kc, vc, ks, vs)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.numerics.test_attention_oracle import check_close, make_case
-from tests.torch._util import TORCH_REASON, as_numpy, as_torch
+from tests.torch._util import TORCH_REASON, as_numpy, as_torch, vllm_pth_page
 
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
 import vtinfer as vt  # noqa: E402
@@ -269,29 +269,6 @@ def test_per_token_head_store_and_read_with_scale_caches(fmt):
                                                                   "v_scale_cache": vs})
 
 
-def _vllm_page(fmt, nb, bs, hkv, d, typed=True):
-    """vLLM's per-token-head page as its backend builds it: one uint8 tensor
-    [nb, H_kv, bs, 2 * (row + 4)] (row = D, or D / 2 for int4), the K / V
-    code views split from it (int8 / float8_e4m3fn / uint8), and the
-    float32 scale caches as as_strided views into its 4-byte pads (they
-    alias the code tensors' storage). typed=False keeps fp8 codes uint8
-    (opcheck's schema check compares inputs with allclose, which torch 2.13
-    lacks for float8 on the CPU)."""
-    row = d // 2 if fmt == "int4_per_token_head" else d
-    kv = torch.zeros((nb, hkv, bs, 2 * (row + 4)), dtype=torch.uint8)
-    base = torch.tensor([], dtype=torch.float32).set_(kv.untyped_storage())
-    s = kv.stride()
-    ks = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), row // 4)
-    vs = torch.as_strided(base, (nb, bs, hkv), (s[0] // 4, s[2] // 4, s[1] // 4), (2 * row + 4) // 4)
-    ks.fill_(1.0)
-    vs.fill_(1.0)
-    kc, vc = kv.transpose(1, 2).split(row + 4, dim=-1)
-    code = {"int8_per_token_head": torch.int8, "fp8_per_token_head": torch.float8_e4m3fn if typed else None}.get(fmt)
-    if code is not None:
-        kc, vc = kc.view(code), vc.view(code)
-    return kv, (kc, vc, ks, vs)
-
-
 @pytest.mark.parametrize("fmt", ["int8_per_token_head", "fp8_per_token_head", "int4_per_token_head"])
 def test_per_token_head_ops_over_vllms_aliasing_page(fmt):
     """The ops on vLLM's own page, whose scale caches alias the code caches'
@@ -304,7 +281,7 @@ def test_per_token_head_ops_over_vllms_aliasing_page(fmt):
     key, value = torch.randn(n, hkv, d, generator=g), torch.randn(n, hkv, d, generator=g)
     slot = torch.randperm(nb * bs, generator=g)[:n].to(torch.int64)
     one = torch.ones(1)
-    kv, (kc, vc, ks, vs) = _vllm_page(fmt, nb, bs, hkv, d)
+    kv, (kc, vc, ks, vs) = vllm_pth_page(torch, fmt, nb, bs, hkv, d)
     ops.reshape_and_cache_flash(key, value, kc, vc, slot, fmt, one, one, ks, vs)
     code = torch.int8 if fmt == "int8_per_token_head" else torch.uint8
     ref = (torch.zeros(nb, bs, hkv, row, dtype=code), torch.zeros(nb, bs, hkv, row, dtype=code),
@@ -313,7 +290,7 @@ def test_per_token_head_ops_over_vllms_aliasing_page(fmt):
     assert torch.equal(kc.view(torch.uint8)[..., :row], ref[0].view(torch.uint8))
     assert torch.equal(vc.view(torch.uint8)[..., :row], ref[1].view(torch.uint8))
     assert torch.equal(ks, ref[2]) and torch.equal(vs, ref[3]) and not torch.equal(ks, torch.ones_like(ks))
-    _, fresh = _vllm_page(fmt, nb, bs, hkv, d, typed=False)
+    _, fresh = vllm_pth_page(torch, fmt, nb, bs, hkv, d, typed=False)
     opcheck(ops.reshape_and_cache_flash, (key, value, fresh[0], fresh[1], slot, fmt, one, one, fresh[2], fresh[3]))
     q = torch.randn(2, 4, d, generator=g)
     cu, sk = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([n, 7], dtype=torch.int32)
