@@ -1,11 +1,16 @@
 """Decode speed of the per-token-head KV formats next to bfloat16 and per-tensor fp8, one run.
 
-python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--out FILE]
+python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--out FILE]
 
 One query per KV-head group (decode) over a 32K-token sequence, H_kv 8,
-D 128, block_size 16, shuffled blocks, GQA 1/4/8; the caches are filled by
-PagedKVCache.store; times are best/median of --reps calls; ratios are taken
-within this run (the machine is shared: quote same-run ratios only).
+D 128, block_size 16, shuffled blocks, GQA 1/4/8, bf16 queries; the caches
+are filled by PagedKVCache.store, except int4_per_token_head, which has no
+PagedKVCache here: its caller-owned caches (vLLM's uint8 page views) are
+filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
+(causal: vLLM's int4 read is causal only; one query at the last position sees
+every key). The --reps rounds are interleaved (every format and GQA once per
+round) and the times are their best/median; ratios are taken within this
+run (the machine is shared: quote same-run ratios only, with the load).
 Benchmarks never assert.
 """
 
@@ -21,7 +26,28 @@ import numpy as np
 
 import vtinfer as vt
 
-DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head")
+DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
+INT4 = "int4_per_token_head"
+
+
+def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
+    """One callable per dtype: q -> the decode output over that dtype's cache of k / v."""
+    kw = dict(cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([ctx], np.int32), block_table=bt,
+              num_threads=threads)
+    readers = {}
+    for dt in dtypes:
+        if dt == INT4:  # caller-owned caches: codes [nb, BS, Hkv, D / 2] uint8, scales [nb, BS, Hkv] float32
+            kc, vc = (np.zeros((nb, BS, Hkv, D // 2), np.uint8) for _ in range(2))
+            ks, vs = (np.zeros((nb, BS, Hkv), np.float32) for _ in range(2))
+            vt.reshape_and_cache_flash(k, v, kc, vc, slots, INT4, 1.0, 1.0, k_scale_cache=ks, v_scale_cache=vs)
+            readers[dt] = lambda q, kc=kc, vc=vc, ks=ks, vs=vs: vt.flash_attn_varlen_func(
+                q, kc, vc, kv_cache_dtype=INT4, k_scale_cache=ks, v_scale_cache=vs, causal=True, **kw)
+            continue
+        c = vt.PagedKVCache(1, nb, BS, Hkv, D, dt, k_scale=0.05, v_scale=0.05) if dt == "fp8_e4m3" else \
+            vt.PagedKVCache(1, nb, BS, Hkv, D, dt)
+        c.store(0, k, v, slots)
+        readers[dt] = lambda q, c=c: c.attention(0, q, **kw)
+    return readers
 
 
 def main() -> None:
@@ -29,40 +55,36 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-int4", action="store_true", help="leave out int4_per_token_head")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     Hkv, D, BS = 8, 128, 16
     nb = a.ctx // BS
+    dtypes = tuple(d for d in DTYPES if not (a.no_int4 and d == INT4))
     rng = np.random.default_rng(0)
     perm = rng.permutation(nb).astype(np.int32)
     slots = (perm[np.arange(a.ctx) // BS].astype(np.int64) * BS + np.arange(a.ctx) % BS)
     k = rng.standard_normal((a.ctx, Hkv, D)).astype(ml_dtypes.bfloat16)
     v = rng.standard_normal((a.ctx, Hkv, D)).astype(ml_dtypes.bfloat16)
-    res: dict = {"ctx": a.ctx, "uptime": os.getloadavg(), "isa": vt.build_info()["isa"], "ms": {}}
-    caches = {}
-    for dt in DTYPES:
-        c = vt.PagedKVCache(1, nb, BS, Hkv, D, dt, k_scale=0.05, v_scale=0.05) if dt == "fp8_e4m3" else \
-            vt.PagedKVCache(1, nb, BS, Hkv, D, dt)
-        c.store(0, k, v, slots)
-        caches[dt] = c
-    bt = perm[None, :]
-    for G in (1, 4, 8):
-        q = rng.standard_normal((1, Hkv * G, D)).astype(ml_dtypes.bfloat16)
-        for dt in DTYPES:
-            c = caches[dt]
-            kw = dict(cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([a.ctx], np.int32),
-                      block_table=bt, num_threads=a.threads)
-            c.attention(0, q, **kw)
-            ts = []
-            for _ in range(a.reps):
+    res: dict = {"ctx": a.ctx, "reps": a.reps, "uptime": os.getloadavg(), "isa": vt.build_info()["isa"], "ms": {}}
+    readers = make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, perm[None, :], a.ctx, a.threads)
+    qs = {G: rng.standard_normal((1, Hkv * G, D)).astype(ml_dtypes.bfloat16) for G in (1, 4, 8)}
+    ts: dict = {}
+    for G, q in qs.items():  # warm-up: one call of each
+        for dt in dtypes:
+            readers[dt](q)
+    for _ in range(a.reps):
+        for G, q in qs.items():
+            for dt in dtypes:
                 t0 = time.perf_counter()
-                c.attention(0, q, **kw)
-                ts.append(time.perf_counter() - t0)
-            res["ms"][f"{dt} GQA{G}"] = {"best": 1e3 * min(ts), "median": 1e3 * float(np.median(ts))}
+                readers[dt](q)
+                ts.setdefault(f"{dt} GQA{G}", []).append(time.perf_counter() - t0)
+    for name, t in ts.items():
+        res["ms"][name] = {"best": 1e3 * min(t), "median": 1e3 * float(np.median(t))}
     res["uptime_after"] = os.getloadavg()
-    for G in (1, 4, 8):
-        m = {dt: res["ms"][f"{dt} GQA{G}"]["median"] for dt in DTYPES}
-        for dt in DTYPES[2:]:
+    for G in qs:
+        m = {dt: res["ms"][f"{dt} GQA{G}"]["median"] for dt in dtypes}
+        for dt in dtypes[2:]:
             res.setdefault("ratios", {})[f"{dt} GQA{G}"] = {"speedup_vs_bf16": m["bfloat16"] / m[dt],
                                                             "speedup_vs_fp8": m["fp8_e4m3"] / m[dt]}
     text = json.dumps(res, indent=1)

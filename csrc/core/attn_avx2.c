@@ -238,11 +238,12 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
     const float cap = p->softcap;
     const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     const int NC = Dp / CH;
-    int64_t ko[KB], vo[KB];
+    int64_t ko[KB], vo[KB], kso[KB], vso[KB];
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
         key_offsets(p, it, j0, nk, ko, vo);
+        if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
@@ -252,7 +253,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
             float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
             __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm256_set1_ps(1.0f);
             if (pth) {
-                vt_attn_key_scales(p, it->b, g, j0, nk, KB, kscale, vscale);
+                vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
                 mul = _mm256_mul_ps(mul, _mm256_loadu_ps(kscale)); /* softmax_scale * ks_j, per key */
                 vmul = _mm256_loadu_ps(vscale);
             }

@@ -241,7 +241,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     const int NC = Dp / CH;
-    int64_t ko[KB], vo[KB];
+    int64_t ko[KB], vo[KB], kso[KB], vso[KB];
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
@@ -252,6 +252,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
             vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz, 0);
         }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
+        if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
@@ -262,7 +263,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
             float *mg = m + gi * rg, *lg = l + gi * rg;
             __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm512_set1_ps(1.0f);
             if (pth) {
-                vt_attn_key_scales(p, it->b, g, j0, nk, KB, kscale, vscale);
+                vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
                 mul = _mm512_mul_ps(mul, _mm512_load_ps(kscale)); /* softmax_scale * ks_j, per key */
                 vmul = _mm512_load_ps(vscale);
             }

@@ -1,5 +1,5 @@
-/* AVX512-BF16 attention tile for grouped rows (bf16 q; bf16 or fp8 cache;
- * >= 4 rows per KV-head group): the rows of a group against a block of 16
+/* AVX512-BF16 attention tile for grouped rows (bf16 q; bf16, fp8 or int8 /
+ * fp8 per-token-head cache; >= 4 rows per KV-head group): the rows of a group against a block of 16
  * keys as a small matrix product on the pair dot product vdpbf16ps.
  *
  * Per block and KV head, the 16 K rows are decoded to bf16 once (fp8 by
@@ -11,7 +11,10 @@
  * each key pair (2k, 2k + 1) are interleaved 16 bits at a time into
  * Vt[k] = (v_2k[e], v_2k+1[e]) per element e, and P V is one vdpbf16ps per
  * 16 elements with the broadcast weight pair (p_2k, p_2k+1) rounded to
- * bf16. The arithmetic (and its scalar twin, attn_bf16dot_ref.c) is stated
+ * bf16. Per-token-head caches decode their codes the same way (int8 through
+ * float32, each code exact in bf16; e4m3 by the table) with no dequantized
+ * copy: the block's 16 K scales multiply the logit multiplier per key lane
+ * and its 16 V scales the weights before their bf16 rounding. The arithmetic (and its scalar twin, attn_bf16dot_ref.c) is stated
  * in attn_internal.h "vt_attn_bf16dot_applies". */
 #include "attn_avx512.h"
 
@@ -32,9 +35,15 @@
  * elements 8L + 4 + m in the high one's. */
 static inline int pv_pos(int e) { return ((e >> 2) & 1) * 16 + (e >> 3) * 4 + (e & 3); }
 
-/* 32 elements (lanes outside m read 0) of a bf16 or fp8 row as 32 bf16 values, in order. */
+/* 32 elements (lanes outside m read 0) of a bf16, fp8 or int8 row as 32 bf16 values, in order. */
 TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb) {
     if (dt == VT_DTYPE_BF16) return _mm512_maskz_loadu_epi16(m, src);
+    if (dt == VT_DTYPE_INT8_PTH) { /* |code| <= 128: exact in float32 and in bf16 */
+        const __m256i x = _mm256_maskz_loadu_epi8(m, src);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x)));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(x, 1)));
+        return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    }
     return vt512_fp8_to_bf16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src)), tb);
 }
 
@@ -127,12 +136,14 @@ TB static void qk_group(int R, const uint32_t *qb, int Dh, const __m512i *Kt, fl
     }
 }
 
-/* For R rows (R 1 or 2, NV <= 8; constants after inlining): acc_r[0 .. 16 NV) = acc_r * alpha_r +
- * sum over the key pairs k in mask pm of (p_2k, p_2k+1)_r . Vt[k] (pp_r: row r's 8 weight pairs).
+/* For R rows (R 1 or 2, NV <= 8, LO 0 or 1; constants after inlining): acc_r[0 .. 16 NV) =
+ * acc_r * alpha_r + sum over the key pairs k in mask pm of (p_2k, p_2k+1)_r . Vt[k] (pp_r: row
+ * r's 8 weight pairs), with LO then + (q_2k, q_2k+1)_r . Vt[k] (pl_r: the pairs' low parts).
  * Two rows share each Vt load; pm is the union of their masks (a pair with no weight in one
  * row adds 0 . V to it). */
-TB static AI void pv_vecs(const int R, const int NV, float *const *acc, const float *alpha, const uint32_t *const *pp,
-                          unsigned pm, const __m512i *Vt, int NVt) {
+TB static AI void pv_vecs(const int R, const int NV, const int LO, float *const *acc, const float *alpha,
+                          const uint32_t *const *pp, const uint32_t *const *pl, unsigned pm, const __m512i *Vt,
+                          int NVt) {
     __m512 a[2][8];
     VT_UNROLL
     for (int r = 0; r < R; r++) {
@@ -142,15 +153,21 @@ TB static AI void pv_vecs(const int R, const int NV, float *const *acc, const fl
     }
     for (; pm; pm &= pm - 1) {
         const int k = __builtin_ctz(pm);
-        __m512bh pb[2];
+        __m512bh pb[2], pc[2];
         VT_UNROLL
-        for (int r = 0; r < R; r++) pb[r] = (__m512bh)_mm512_set1_epi32((int)pp[r][k]);
+        for (int r = 0; r < R; r++) {
+            pb[r] = (__m512bh)_mm512_set1_epi32((int)pp[r][k]);
+            if (LO) pc[r] = (__m512bh)_mm512_set1_epi32((int)pl[r][k]);
+        }
         const __m512i *vr = Vt + (size_t)k * NVt;
         VT_UNROLL
         for (int v = 0; v < NV; v++) {
             const __m512bh x = (__m512bh)_mm512_loadu_si512(vr + v);
             VT_UNROLL
-            for (int r = 0; r < R; r++) a[r][v] = _mm512_dpbf16_ps(a[r][v], pb[r], x);
+            for (int r = 0; r < R; r++) {
+                a[r][v] = _mm512_dpbf16_ps(a[r][v], pb[r], x);
+                if (LO) a[r][v] = _mm512_dpbf16_ps(a[r][v], pc[r], x);
+            }
         }
     }
     VT_UNROLL
@@ -161,24 +178,29 @@ TB static AI void pv_vecs(const int R, const int NV, float *const *acc, const fl
 }
 
 /* P V of R (1 or 2) rows over the NVt vectors of a row, in slabs of 8, 4 and 2 vectors. */
-TB static void pv_rows(const int R, float *const *acc, const float *alpha, const uint32_t *const *pp, unsigned pm,
-                       const __m512i *Vt, int NVt) {
+TB static AI void pv_slabs(const int R, const int LO, float *const *acc, const float *alpha, const uint32_t *const *pp,
+                           const uint32_t *const *pl, unsigned pm, const __m512i *Vt, int NVt) {
     for (int v = 0; v < NVt;) {
         float *ac[2] = {acc[0] + 16 * v, acc[R - 1] + 16 * v};
         if (NVt - v >= 8) {
-            if (R == 2) pv_vecs(2, 8, ac, alpha, pp, pm, Vt + v, NVt);
-            else pv_vecs(1, 8, ac, alpha, pp, pm, Vt + v, NVt);
+            pv_vecs(R, 8, LO, ac, alpha, pp, pl, pm, Vt + v, NVt);
             v += 8;
         } else if (NVt - v >= 4) {
-            if (R == 2) pv_vecs(2, 4, ac, alpha, pp, pm, Vt + v, NVt);
-            else pv_vecs(1, 4, ac, alpha, pp, pm, Vt + v, NVt);
+            pv_vecs(R, 4, LO, ac, alpha, pp, pl, pm, Vt + v, NVt);
             v += 4;
         } else {
-            if (R == 2) pv_vecs(2, 2, ac, alpha, pp, pm, Vt + v, NVt);
-            else pv_vecs(1, 2, ac, alpha, pp, pm, Vt + v, NVt);
+            pv_vecs(R, 2, LO, ac, alpha, pp, pl, pm, Vt + v, NVt);
             v += 2;
         }
     }
+}
+
+TB static void pv_rows(int R, int LO, float *const *acc, const float *alpha, const uint32_t *const *pp,
+                       const uint32_t *const *pl, unsigned pm, const __m512i *Vt, int NVt) {
+    if (R == 2 && LO) pv_slabs(2, 1, acc, alpha, pp, pl, pm, Vt, NVt);
+    else if (R == 2) pv_slabs(2, 0, acc, alpha, pp, pl, pm, Vt, NVt);
+    else if (LO) pv_slabs(1, 1, acc, alpha, pp, pl, pm, Vt, NVt);
+    else pv_slabs(1, 0, acc, alpha, pp, pl, pm, Vt, NVt);
 }
 
 TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
@@ -190,7 +212,9 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         return;
     }
     const int rows = rg * it->ng;
-    const vt_dtype dt = p->kv_dtype;
+    const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype; /* the codes' dtype */
+    const int split = vt_attn_bf16dot_split(p);
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
     const int Dp = (D + 31) / 32 * 32, Dh = Dp / 2, NC = Dp / 32, NVt = Dp / 16;
     /* work (fits vt_attn_work_floats): Kt and Vt first (64-byte multiples), then q pairs, accumulators, logits */
@@ -200,7 +224,8 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
     float *ap = (float *)(void *)(qb + (size_t)rows * Dh); /* rows x Dp, pv_pos order */
     float *S = ap + (size_t)rows * Dp;                     /* rg x 16 dot products */
     uint32_t *pp = (uint32_t *)(void *)(S + (size_t)rg * KB); /* rg x 8 bf16 weight pairs */
-    float *alpha = (float *)(void *)(pp + (size_t)rg * 8);    /* rg */
+    uint32_t *pl = pp + (size_t)rg * 8;                       /* rg x 8 low parts (split weights) */
+    float *alpha = (float *)(void *)(pl + (size_t)rg * 8);    /* rg */
     unsigned *pm = (unsigned *)(void *)(alpha + rg);          /* rg */
     const vt512_fp8tab tb = vt512_fp8_table(dt);
     for (int r = 0; r < rows; r++) {
@@ -219,7 +244,9 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
     const int64_t base = it->k_len - it->q_len;
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
-    int64_t ko[KB], vo[KB], pko[KB], pvo[KB];
+    int64_t ko[KB], vo[KB], pko[KB], pvo[KB], kso[KB], vso[KB];
+    _Alignas(64) float kscale[KB], vscale[KB];
+    __m512 vmul = _mm512_set1_ps(1.0f);
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
@@ -230,6 +257,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         const int np = jp < it->ke ? (it->ke - jp < KB ? (int)(it->ke - jp) : KB) : 0;
         if (np) vt_attn_key_offsets(p, it, jp, np, pko, pvo);
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
+        if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
@@ -241,6 +269,11 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
             const uint32_t *qg = qb + (size_t)gi * rg * Dh;
             vt512_row_step st = {.mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g)), .cap = cap,
                                  .inv_cap = inv_cap, .j0 = j0, .valid = valid};
+            if (pth) {
+                vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
+                st.mul = _mm512_mul_ps(st.mul, _mm512_load_ps(kscale)); /* mul * ks_j, per key lane */
+                vmul = _mm512_load_ps(vscale);
+            }
             build_kt(dt, &tb, kp, nk, D, esz, NC, Kt);
             for (int r0 = 0; r0 < rg; r0 += 8)
                 qk_group(rg - r0 < 8 ? rg - r0 : 8, qg + (size_t)r0 * Dh, Dh, Kt, S + (size_t)r0 * KB);
@@ -252,6 +285,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
                 if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
                     /* no weight: P V's other row of the pass may still read these pairs */
                     _mm256_storeu_si256((__m256i *)(void *)(pp + (size_t)r * 8), _mm256_setzero_si256());
+                    _mm256_storeu_si256((__m256i *)(void *)(pl + (size_t)r * 8), _mm256_setzero_si256());
                     continue;
                 }
                 st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
@@ -259,8 +293,15 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
                 __m512 e = vt512_row_weights(&st, _mm512_loadu_ps(S + (size_t)r * KB), &mg[r], &alpha[r]);
                 /* l sums the float32 weights (the LSE stays float32-exact); P V takes them as bf16 pairs */
                 lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
-                __m256i eb = (__m256i)_mm512_cvtneps_pbh(e);
+                /* V's per-key scale on the weight, before its bf16 rounding (1 for other dtypes) */
+                const __m512 w = _mm512_mul_ps(e, vmul);
+                __m256i eb = (__m256i)_mm512_cvtneps_pbh(w);
                 _mm256_storeu_si256((__m256i *)(void *)(pp + (size_t)r * 8), eb);
+                if (split) { /* the low part: w - bf16(w) (exact in float32), rounded to bf16 */
+                    const __m512 wh = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(eb), 16));
+                    _mm256_storeu_si256((__m256i *)(void *)(pl + (size_t)r * 8),
+                                        (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(w, wh)));
+                }
                 pm[r] = _mm256_test_epi32_mask(eb, eb);
             }
             for (int r = 0; r < rg; r += 2) {
@@ -268,8 +309,8 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
                 if (!two && alpha[r] == 1.0f && pm[r] == 0) continue;
                 float *ac[2] = {ag + (size_t)r * Dp, ag + (size_t)(r + two) * Dp};
                 const uint32_t *pr[2] = {pp + (size_t)r * 8, pp + (size_t)(r + two) * 8};
-                if (two) pv_rows(2, ac, alpha + r, pr, pm[r] | pm[r + 1], Vt, NVt);
-                else pv_rows(1, ac, alpha + r, pr, pm[r], Vt, NVt);
+                const uint32_t *pq[2] = {pl + (size_t)r * 8, pl + (size_t)(r + two) * 8};
+                pv_rows(1 + two, split, ac, alpha + r, pr, pq, two ? pm[r] | pm[r + 1] : pm[r], Vt, NVt);
             }
         }
     }

@@ -16,8 +16,12 @@ static float bf16_value(const uint8_t *src) {
     return ftz(vt_bf16_to_f32(h));
 }
 
-/* n elements of a bf16 / fp8 row as float32 (exact; FTZ as the hardware's input). */
+/* n elements of a bf16 / fp8 / int8 row as float32 (exact; FTZ as the hardware's input). */
 static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
+    if (dt == VT_DTYPE_INT8_PTH) {
+        for (int i = 0; i < n; i++) dst[i] = (float)(int8_t)src[i];
+        return;
+    }
     const float *t = dt == VT_DTYPE_BF16 ? NULL : vt_fp8_decode_table(dt);
     for (int i = 0; i < n; i++) dst[i] = t ? ftz(t[src[i]]) : bf16_value(src + 2 * i);
 }
@@ -33,11 +37,15 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                        float *acc) {
     const int D = p->head_size, Dq = (D + 1) & ~1, G = p->num_heads / p->num_kv_heads;
     const int64_t rows = it->nq * G;
-    const vt_dtype dt = p->kv_dtype;
+    const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype; /* the codes' dtype */
+    float ks[KB], vs[KB];                /* the block's per-token-head scales (1: other dtypes) */
+    int64_t kso[KB], vso[KB];
     float *qf = work;                    /* rows x Dq, zero-padded to pairs */
     float *kf = qf + rows * Dq;          /* KB x Dq */
     float *vf = kf + KB * Dq;            /* KB x D */
-    float *s = vf + KB * D, *e = s + KB; /* one row's logits and weights */
+    float *s = vf + KB * D, *e = s + KB, *el = e + KB; /* one row's logits, weights and their low parts */
+    const int split = vt_attn_bf16dot_split(p);
     for (int64_t r = 0; r < rows; r++) {
         int h = g * G + (int)(r % G);
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + r / G) * p->q_stride_tok +
@@ -53,6 +61,11 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
     const float mul = vt_attn_logit_mul(p, it->b, g), cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         const int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
+        for (int jj = 0; jj < KB; jj++) ks[jj] = vs[jj] = 1.0f;
+        if (pth) {
+            vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso);
+            vt_attn_key_scales(p, g, kso, vso, nk, KB, ks, vs);
+        }
         for (int jj = 0; jj < nk; jj++) {
             float *kr = kf + jj * Dq;
             load_row(dt, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, g, j0 + jj),
@@ -78,7 +91,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                     float *c = (i & 1) ? &odd : &even;
                     *c = dot_pair(*c, qr[2 * i], qr[2 * i + 1], kr[2 * i], kr[2 * i + 1]);
                 }
-                float x = (even + odd) * mul;
+                float x = (even + odd) * (pth ? mul * ks[jj] : mul); /* the multiplier rounded first */
                 if (cap > 0.0f) x = cap * tanhf(x * inv_cap);
                 if (p->alibi_slopes) {
                     int64_t dist = j - pos;
@@ -99,7 +112,9 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                     const float x = s[jj] - mn;
                     w = x < -60.0f ? 0.0f : expf(x);
                 }
-                e[jj] = vt_bf16_to_f32(vt_bf16_from_f32(w)); /* P V's weight */
+                const float wv = w * vs[jj]; /* V's scale on the weight */
+                e[jj] = vt_bf16_to_f32(vt_bf16_from_f32(wv)); /* P V's weight */
+                el[jj] = split ? ftz(vt_bf16_to_f32(vt_bf16_from_f32(ftz(wv - e[jj])))) : 0.0f; /* its low part */
                 sum += w;
             }
             m[r] = mn;
@@ -110,7 +125,11 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                 const float p0 = e[2 * k], p1 = e[2 * k + 1];
                 if (p0 == 0.0f && p1 == 0.0f) continue; /* the kernel skips a pair with no weight */
                 const float *v0 = vf + 2 * k * D, *v1 = v0 + D;
-                for (int d = 0; d < D; d++) ar[d] = dot_pair(ar[d], p0, p1, v0[d], 2 * k + 1 < nk ? v1[d] : 0.0f);
+                for (int d = 0; d < D; d++) {
+                    const float v1d = 2 * k + 1 < nk ? v1[d] : 0.0f;
+                    ar[d] = dot_pair(ar[d], p0, p1, v0[d], v1d);
+                    if (split) ar[d] = dot_pair(ar[d], el[2 * k], el[2 * k + 1], v0[d], v1d);
+                }
             }
         }
     }

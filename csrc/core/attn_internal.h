@@ -58,8 +58,9 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
                          float *acc);
 
 /* The pair-dot (bf16 dot product) tile: grouped rows against a key tile held
- * once per block, for bf16 queries over bf16 or fp8 (e4m3fn, e5m2) caches
- * when a group has at least 4 rows (GQA >= 4 decode, or a prefill tile);
+ * once per block, for bf16 queries over bf16, fp8 (e4m3fn, e5m2) or int8 /
+ * fp8 per-token-head caches when a group has at least 4 rows (GQA >= 4
+ * decode, or a prefill tile);
  * everything else runs the fp32 tile of the same ISA. Arithmetic (the SIMD
  * kernel, attn_avx512bf16.c, and its scalar twin, attn_bf16dot_ref.c):
  * - logits: q . k over element pairs, products of bf16 values exact in
@@ -74,10 +75,35 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
  *   accumulator adds the odd key's product, then the even key's, in float32
  *   (FTZ as above). (The SIMD tile runs two rows per pass over the pairs
  *   either row weighs; a pair that the other row weighs adds 0 . V, the same
- *   sum for finite V.) */
+ *   sum for finite V.)
+ * Per-token-head caches (int8 / e4m3 codes, every code exact in bf16): key
+ * j's K scale ks_j multiplies its logit multiplier (the logit is
+ * dot * (mul * ks_j), mul * ks_j rounded to float32 first), and its V
+ * scale vs_j its weight: w_j = e_j * vs_j in float32 (l sums e_j), which
+ * P V takes split (vt_attn_bf16dot_split) as hi = bf16(w_j) and
+ * lo = bf16(w_j - hi) (the difference exact; FTZ), each key pair adding
+ * its hi pair dot, then its lo pair dot. One bf16 weight errs by up to
+ * 2^-9 of it, up to ~1 bf16 unit of a sharp row's output: on caches whose
+ * magnitude varies per token that failed the 2x rule (1.04x at GQA 4-16,
+ * k_len 600, bf16 caches alike); the split is as exact as float32 weights
+ * (0.50x, the fp32 tile's). The scales are read once per block of 16 keys
+ * (the block table walked once for all KV heads) and KV head. */
 static inline int vt_attn_bf16dot_applies(const vt_attn_params *p, int64_t rows_per_group) {
+    const int dt = p->kv_dtype;
     return p->q_dtype == VT_DTYPE_BF16 && rows_per_group >= 4 &&
-           (p->kv_dtype == VT_DTYPE_BF16 || p->kv_dtype == VT_DTYPE_FP8_E4M3 || p->kv_dtype == VT_DTYPE_FP8_E5M2);
+           (dt == VT_DTYPE_BF16 || dt == VT_DTYPE_FP8_E4M3 || dt == VT_DTYPE_FP8_E5M2 || dt == VT_DTYPE_INT8_PTH ||
+            dt == VT_DTYPE_FP8_PTH);
+}
+/* Whether the pair-dot tile splits each P V weight w into bf16 hi = bf16(w) and lo = bf16(w - hi)
+ * (two pair dots per key pair, ~16 significant bits; see vt_attn_bf16dot_applies): for the
+ * per-token-head caches, whose magnitudes vary per token by design. */
+static inline int vt_attn_bf16dot_split(const vt_attn_params *p) {
+#ifdef VT_BF16DOT_SPLIT_ALL /* experiments only */
+    (void)p;
+    return 1;
+#else
+    return vt_dtype_per_token_head(p->kv_dtype);
+#endif
 }
 void vt_attn_tile_bf16dot_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                                  float *acc);
@@ -100,17 +126,32 @@ static inline const uint8_t *vt_attn_row(const vt_attn_params *p, const void *ba
     return (const uint8_t *)base + page * sb + off * st + (int64_t)g * sh;
 }
 
-/* Per-token-head caches: the float32 K and V scales of keys [j0, j0 + nk) of KV head g of sequence
- * b into ks[0, n) / vs[0, n), 0 past nk (n >= nk; a tile's key block). */
-static inline void vt_attn_key_scales(const vt_attn_params *p, int b, int g, int64_t j0, int nk, int n, float *ks,
-                                      float *vs) {
+/* Per-token-head caches: byte offsets (page and slot, no head) of the K and V scales of the keys
+ * [j0, j0 + n) of sequence b, in one walk of the block table per block of keys (no division per
+ * key, shared by every KV head of the block). */
+static inline void vt_attn_scale_offsets(const vt_attn_params *p, int b, int64_t j0, int n, int64_t *kso,
+                                         int64_t *vso) {
+    const int32_t *bt = p->block_table + (int64_t)b * p->bt_stride;
+    int64_t pi = j0 / p->block_size, off = j0 % p->block_size;
+    for (int i = 0; i < n; i++) {
+        const int64_t page = bt[pi];
+        kso[i] = page * p->ks_stride_block + off * p->ks_stride_tok;
+        vso[i] = page * p->vs_stride_block + off * p->vs_stride_tok;
+        if (++off == p->block_size) off = 0, pi++;
+    }
+}
+
+/* The float32 K and V scales of KV head g at the nk offsets kso / vso (vt_attn_scale_offsets) into
+ * ks[0, n) / vs[0, n), 0 past nk (n >= nk; a tile's key block). */
+static inline void vt_attn_key_scales(const vt_attn_params *p, int g, const int64_t *kso, const int64_t *vso, int nk,
+                                      int n, float *ks, float *vs) {
+    const uint8_t *kb = (const uint8_t *)p->k_scale_cache + (int64_t)g * p->ks_stride_head;
+    const uint8_t *vb = (const uint8_t *)p->v_scale_cache + (int64_t)g * p->vs_stride_head;
     for (int jj = 0; jj < n; jj++) {
         ks[jj] = vs[jj] = 0.0f;
         if (jj >= nk) continue;
-        memcpy(&ks[jj], vt_attn_row(p, p->k_scale_cache, p->ks_stride_block, p->ks_stride_tok, p->ks_stride_head, b, g,
-                                    j0 + jj), 4);
-        memcpy(&vs[jj], vt_attn_row(p, p->v_scale_cache, p->vs_stride_block, p->vs_stride_tok, p->vs_stride_head, b, g,
-                                    j0 + jj), 4);
+        memcpy(&ks[jj], kb + kso[jj], 4);
+        memcpy(&vs[jj], vb + vso[jj], 4);
     }
 }
 

@@ -78,7 +78,8 @@ static double dec_elem(vt_dtype dt, const unsigned char *p) {
         u = (uint32_t)h << 16;
         memcpy(&f, &u, 4);
         return f;
-    default: return dec_fp8(dt == VT_DTYPE_FP8_E4M3, *p);
+    case VT_DTYPE_INT8_PTH: return (int8_t)*p; /* the code; the per-token-head scale is applied by the caller */
+    default: return dec_fp8(dt == VT_DTYPE_FP8_E4M3 || dt == VT_DTYPE_FP8_PTH, *p);
     }
 }
 
@@ -89,7 +90,9 @@ static void enc_elem(vt_dtype dt, float x, unsigned char *p) {
     case VT_DTYPE_F32: memcpy(p, &x, 4); break;
     case VT_DTYPE_F16: h = vt_f16_from_f32(x); memcpy(p, &h, 2); break;
     case VT_DTYPE_BF16: h = vt_bf16_from_f32(x); memcpy(p, &h, 2); break;
-    case VT_DTYPE_FP8_E4M3: *p = vt_fp8_e4m3_from_f32(x); break;
+    case VT_DTYPE_FP8_E4M3:
+    case VT_DTYPE_FP8_PTH: *p = vt_fp8_e4m3_from_f32(x); break;
+    case VT_DTYPE_INT8_PTH: *p = (unsigned char)(int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x))); break;
     default: *p = vt_fp8_e5m2_from_f32(x); break;
     }
 }
@@ -115,6 +118,7 @@ typedef struct problem {
     int q_bf16; /* q values on the bf16 grid (the pair-dot tile's input) */
     size_t es;
     unsigned char *k, *v;
+    float *ks, *vs; /* per-token-head caches: scales [nb, bs, Hkv] (NaN in slots no sequence uses); else NULL */
     float *q;
     int32_t cu[BATCH + 1], su[BATCH], bt[BATCH * MAXB];
     float slopes[16], sinks[16], kd[BATCH * 4], vd[BATCH * 4];
@@ -145,6 +149,13 @@ static void problem_make(problem *pb) {
     pb->k = malloc(cb);
     pb->v = malloc(cb);
     for (size_t i = 0; i < cb / pb->es; i++) put_nan(pb->kv, pb->k + i * pb->es), put_nan(pb->kv, pb->v + i * pb->es);
+    const int pth = vt_dtype_per_token_head(pb->kv);
+    const size_t ns = (size_t)pb->nb * bs * Hkv;
+    if (pth) {
+        pb->descale = 0; /* the scales are per token (vLLM refuses a descale with these formats) */
+        pb->ks = malloc(sizeof(float) * ns), pb->vs = malloc(sizeof(float) * ns);
+        for (size_t i = 0; i < ns; i++) pb->ks[i] = pb->vs[i] = NAN;
+    }
     /* block ids: a shuffled permutation, so neighbours in a sequence are not neighbours in memory */
     int *perm = malloc(sizeof(int) * (size_t)pb->nb);
     for (int i = 0; i < pb->nb; i++) perm[i] = i;
@@ -161,6 +172,11 @@ static void problem_make(problem *pb) {
         used += (KL[b] + bs - 1) / bs;
         for (int j = 0; j < KL[b]; j++) {
             int page = pb->bt[b * MAXB + j / bs], off = j % bs;
+            for (int g = 0; g < Hkv && pth; g++) { /* scales over a 16x range, distinct per (token, head) */
+                size_t so = ((size_t)page * bs + off) * Hkv + g;
+                pb->ks[so] = 0.05f * (0.5f + (float)urand()) * (float)(1 << (int)(urand() * 4));
+                pb->vs[so] = 0.05f * (0.5f + (float)urand()) * (float)(1 << (int)(urand() * 4));
+            }
             for (int g = 0; g < Hkv; g++)
                 for (int d = 0; d < D; d++) {
                     size_t o = ((((size_t)page * bs + off) * Hkv + g) * D + d) * pb->es;
@@ -202,9 +218,9 @@ static void problem_make(problem *pb) {
                     }
                     int page = pb->bt[b * MAXB + j / bs], off = j % bs;
                     const unsigned char *kr = pb->k + ((((size_t)page * bs + off) * Hkv + g) * D) * pb->es;
-                    double dot = 0;
+                    double dot = 0, ksj = pth ? pb->ks[((size_t)page * bs + off) * Hkv + g] : 1.0;
                     for (int d = 0; d < D; d++) dot += (double)pb->q[((size_t)tok * H + h) * D + d] * dec_elem(pb->kv, kr + d * pb->es);
-                    double x = dot * scale * kd;
+                    double x = dot * ksj * scale * kd;
                     if (pb->softcap > 0) x = pb->softcap * tanh(x / pb->softcap);
                     if (pb->alibi) x -= pb->slopes[h] * fabs((double)(j - pos));
                     s[j] = x;
@@ -218,7 +234,8 @@ static void problem_make(problem *pb) {
                     L += w;
                     int page = pb->bt[b * MAXB + j / bs], off = j % bs;
                     const unsigned char *vr = pb->v + ((((size_t)page * bs + off) * Hkv + g) * D) * pb->es;
-                    for (int d = 0; d < D; d++) o[d] += w * dec_elem(pb->kv, vr + d * pb->es);
+                    const double vsj = pth ? pb->vs[((size_t)page * bs + off) * Hkv + g] : 1.0;
+                    for (int d = 0; d < D; d++) o[d] += w * vsj * dec_elem(pb->kv, vr + d * pb->es);
                 }
                 for (int d = 0; d < D; d++) o[d] = L > 0 ? o[d] * vd / L : 0.0;
                 pb->ref_lse[(size_t)h * T + tok] = L > 0 ? mx + log(L) : -INFINITY;
@@ -228,7 +245,7 @@ static void problem_make(problem *pb) {
 }
 
 static void problem_free(problem *pb) {
-    free(pb->k), free(pb->v), free(pb->q), free(pb->ref), free(pb->ref_lse);
+    free(pb->k), free(pb->v), free(pb->q), free(pb->ref), free(pb->ref_lse), free(pb->ks), free(pb->vs);
 }
 
 static void params_for(const problem *pb, float *out, float *lse, vt_attn_params *p) {
@@ -247,6 +264,12 @@ static void params_for(const problem *pb, float *out, float *lse, vt_attn_params
     p->softmax_scale = (float)(1.0 / sqrt((double)D));
     p->causal = pb->causal, p->window_left = pb->wl, p->window_right = pb->wr, p->softcap = pb->softcap;
     p->alibi_slopes = pb->alibi ? pb->slopes : NULL;
+    if (pb->ks) {
+        p->k_scale_cache = pb->ks, p->v_scale_cache = pb->vs;
+        p->ks_stride_block = p->vs_stride_block = (int64_t)pb->bs * Hkv * 4;
+        p->ks_stride_tok = p->vs_stride_tok = (int64_t)Hkv * 4;
+        p->ks_stride_head = p->vs_stride_head = 4;
+    }
     p->s_aux = pb->sink ? pb->sinks : NULL;
     if (pb->descale) {
         p->k_descale = pb->kd, p->v_descale = pb->vd;
@@ -297,7 +320,8 @@ static void run_and_compare(const problem *pb, const char *what) {
 }
 
 static void test_against_reference(void) {
-    static const vt_dtype kvs[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2};
+    static const vt_dtype kvs[] = {VT_DTYPE_F32,      VT_DTYPE_F16,      VT_DTYPE_BF16,
+                                   VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH, VT_DTYPE_FP8_PTH};
     static const int heads[][2] = {{2, 2}, {12, 3}, {8, 2}}; /* (H, Hkv): GQA 1, 4, 4 */
     for (size_t di = 0; di < sizeof kvs / sizeof kvs[0]; di++)
         for (int hi = 0; hi < 3; hi++)
@@ -328,7 +352,10 @@ static void test_against_reference(void) {
  * 2.5e-4 in one, GQA 3 with a 5-key window: the vector exp and expf differ
  * by an ulp and one weight rounds to the other bf16 neighbour).
  * The planted defects (a wrong key column, a wrong transpose or interleave,
- * a dropped scale) miss both by far more. */
+ * a dropped scale) miss both by far more.
+ * int8 / fp8 per-token-head caches (scales over a 16x range per (token, head); P V's weights
+ * split into bf16 hi + lo): twin vs reference 1e-4 x max |ref| (measured <= 7e-6; with one bf16
+ * weight, as for bf16 / fp8 caches, 3.3e-3), SIMD vs twin 5e-5 (measured <= 4.6e-6). */
 
 typedef void (*tile_fn)(const vt_attn_params *, const vt_attn_item *, float *, float *, float *, float *);
 
@@ -373,12 +400,13 @@ static double max_diff(const double *a, const double *b, size_t n) {
 }
 
 static void test_bf16dot_tile(void) {
-    static const vt_dtype kvs[] = {VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2};
+    static const vt_dtype kvs[] = {VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
+                                   VT_DTYPE_FP8_PTH};
     /* GQA 4, 8, 6; GQA 1 and 3, where two rows of one P V pass can belong to different queries
      * (prefill tiles of >= 4 rows take the tile at any GQA) */
     static const int heads[][2] = {{8, 2}, {16, 2}, {12, 2}, {4, 4}, {6, 2}};
     const int simd = VT_X86 && vt_cpu_get()->avx512bf16;
-    for (int di = 0; di < 3; di++)
+    for (size_t di = 0; di < sizeof kvs / sizeof kvs[0]; di++)
         for (int hi = 0; hi < 5; hi++)
             for (int opt = 0; opt < 4; opt++) {
                 problem pb;
@@ -399,14 +427,17 @@ static void test_bf16dot_tile(void) {
                 for (size_t i = 0; i < n; i++) vmax = fmax(vmax, fabs(pb.ref[i]));
                 double *twin = calloc(n, sizeof(double)), *fast = calloc(n, sizeof(double));
                 run_tile(&pb, &p, vt_attn_tile_bf16dot_scalar, twin);
+                /* per-token-head caches: P V's weights split into bf16 hi + lo (~16 bits): tighter bounds */
+                const int split = vt_dtype_per_token_head(pb.kv);
+                const double tol_twin = split ? 1e-4 : 4e-3, tol_simd = split ? 5e-5 : 1e-3;
                 double et = max_diff(twin, pb.ref, n);
-                CHECK(et <= 4e-3 * vmax, "bf16dot twin kv=%s H=%d D=%d opt=%d: max |twin - ref| %g (max |ref| %g)",
+                CHECK(et <= tol_twin * vmax, "bf16dot twin kv=%s H=%d D=%d opt=%d: max |twin - ref| %g (max |ref| %g)",
                       vt_dtype_get(pb.kv)->name, pb.H, pb.D, opt, et, vmax);
 #if VT_X86
                 if (simd) {
                     run_tile(&pb, &p, vt_attn_tile_avx512bf16, fast);
                     double ef = max_diff(fast, twin, n);
-                    CHECK(ef <= 1e-3 * vmax, "bf16dot avx512 kv=%s H=%d D=%d opt=%d: max |simd - twin| %g (max |ref| %g)",
+                    CHECK(ef <= tol_simd * vmax, "bf16dot avx512 kv=%s H=%d D=%d opt=%d: max |simd - twin| %g (max |ref| %g)",
                           vt_dtype_get(pb.kv)->name, pb.H, pb.D, opt, ef, vmax);
                 }
 #endif
@@ -493,6 +524,24 @@ static void test_dispatch_tables(void) {
         for (int f = 0; f < 2; f++)
             for (int d = 0; d < 3; d++)
                 CHECK(k->codec->quant[d][f] && k->codec->dequant[f][d], "%s fp8 kernel NULL", isa_names[isa]);
+    }
+    /* the pair-dot tile's reach within that table's tile: bf16 q with >= 4 rows per group over a
+     * bf16 cache, an fp8 cache or an int8 / fp8 per-token-head cache; the fp32 tile otherwise */
+    static const vt_dtype dot_kv[] = {VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
+                                      VT_DTYPE_FP8_PTH};
+    static const vt_dtype fp32_kv[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_INT4_PTH};
+    vt_attn_params pd;
+    memset(&pd, 0, sizeof pd);
+    for (size_t i = 0; i < sizeof dot_kv / sizeof dot_kv[0]; i++) {
+        pd.kv_dtype = dot_kv[i], pd.q_dtype = VT_DTYPE_BF16;
+        CHECK(vt_attn_bf16dot_applies(&pd, 4) && vt_attn_bf16dot_applies(&pd, 64) && !vt_attn_bf16dot_applies(&pd, 3),
+              "pair-dot tile's reach for kv=%s (bf16 q): 4 rows or more", vt_dtype_get(dot_kv[i])->name);
+        pd.q_dtype = VT_DTYPE_F32;
+        CHECK(!vt_attn_bf16dot_applies(&pd, 8), "pair-dot tile for float32 q over kv=%s", vt_dtype_get(dot_kv[i])->name);
+    }
+    for (size_t i = 0; i < sizeof fp32_kv / sizeof fp32_kv[0]; i++) {
+        pd.kv_dtype = fp32_kv[i], pd.q_dtype = VT_DTYPE_BF16;
+        CHECK(!vt_attn_bf16dot_applies(&pd, 8), "pair-dot tile for kv=%s", vt_dtype_get(fp32_kv[i])->name);
     }
     if ((int)vt_isa_best() < VT_ISA_AVX512)
         CHECK(vt_isa_set(VT_ISA_AVX512, NULL) == VT_ERR_UNSUPPORTED && vt_isa_active() == vt_isa_best(),

@@ -82,14 +82,22 @@ def test_attention_options_and_head_sizes(isa, fmt, D, name):
     check_close(np.asarray(out), np.asarray(lse), (q, kdq, vdq, cu, sk, bt), kw, what=f"{fmt} D{D} {name}")
 
 
+@pytest.mark.parametrize("name", ["plain", "softcap", "alibi"])
+@pytest.mark.parametrize("heads", [(4, 2), (8, 2), (16, 2)])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_bf16_queries(isa, fmt):
+def test_bf16_queries(isa, fmt, heads, name):
+    """bf16 q: with >= 4 rows per KV head (GQA 4 / 8 decode, any prefill tile) the AVX-512 ISA
+    runs the AVX512-BF16 pair-dot tile where the CPU has it (the scales folded per key)."""
     import ml_dtypes
-    rng = np.random.default_rng(1)
-    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 5], k_lens=[50, 20], H=4, Hkv=2, D=64, bs=16,
-                                           q_dtype=ml_dtypes.bfloat16)
-    out = cache.attention(0, q, cu_seqlens_q=cu, seqused_k=sk, block_table=bt)
-    check_close(np.asarray(out), None, (q, kdq, vdq, cu, sk, bt), {}, what=f"{fmt} bf16 q")
+    H, Hkv = heads
+    rng = np.random.default_rng(H)
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 5, 1], k_lens=[50, 20, 300], H=H, Hkv=Hkv, D=128,
+                                           bs=16, q_dtype=ml_dtypes.bfloat16)
+    kw = {"alibi_slopes": np.linspace(0.05, 0.4, H).astype(np.float32)} if name == "alibi" else OPTIONS[name]
+    out = vt.flash_attn_varlen_func(q, cache.key_cache(0), cache.value_cache(0), cu_seqlens_q=cu, seqused_k=sk,
+                                    block_table=bt, kv_cache_dtype=fmt, k_scale_cache=cache.k_scale_cache(0),
+                                    v_scale_cache=cache.v_scale_cache(0), **kw)
+    check_close(np.asarray(out), None, (q, kdq, vdq, cu, sk, bt), kw, what=f"{fmt} bf16 q {heads} {name}")
 
 
 def test_scale_caches_are_read_with_vllms_strides():
