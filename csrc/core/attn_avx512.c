@@ -250,6 +250,10 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
             int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
             vt_attn_key_offsets(p, it, jp, nn, ko, vo);
             vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz, 0);
+            if (pth) {
+                vt_attn_scale_offsets(p, it->b, jp, nn, kso, vso);
+                vt512_prefetch_scales(p, it->g, it->ng, kso, vso, nn);
+            }
         }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */

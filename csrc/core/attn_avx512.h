@@ -96,6 +96,20 @@ VT512 void vt512_prefetch_rows(const vt_attn_params *p, int g, int ng, const int
             }
 }
 
+/* Per-token-head caches: prefetch into L2 the K and V scales of heads [g, g + ng) of the n keys at
+ * the scale offsets kso / vso (vt_attn_scale_offsets): one float per (key, head), on lines of
+ * their own beside the rows (vLLM's page puts each after its head's codes). */
+VT512 void vt512_prefetch_scales(const vt_attn_params *p, int g, int ng, const int64_t *kso, const int64_t *vso,
+                                 int n) {
+    const char *kb = (const char *)p->k_scale_cache + (int64_t)g * p->ks_stride_head;
+    const char *vb = (const char *)p->v_scale_cache + (int64_t)g * p->vs_stride_head;
+    for (int i = 0; i < n; i++)
+        for (int gi = 0; gi < ng; gi++) {
+            _mm_prefetch(kb + kso[i] + gi * p->ks_stride_head, _MM_HINT_T1);
+            _mm_prefetch(vb + vso[i] + gi * p->vs_stride_head, _MM_HINT_T1);
+        }
+}
+
 /* What one row's softmax step needs besides its dot products. */
 typedef struct vt512_row_step {
     __m512 mul;          /* logit multiplier, per key lane (softmax_scale * k_descale [* per-key K scale]) */

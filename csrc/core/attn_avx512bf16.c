@@ -256,6 +256,10 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         const int64_t jp = j0 + BF_PF_BLOCKS * KB;
         const int np = jp < it->ke ? (it->ke - jp < KB ? (int)(it->ke - jp) : KB) : 0;
         if (np) vt_attn_key_offsets(p, it, jp, np, pko, pvo);
+        if (np && pth) { /* the later block's scales, for all groups (the offsets array reused) */
+            vt_attn_scale_offsets(p, it->b, jp, np, kso, vso);
+            vt512_prefetch_scales(p, it->g, it->ng, kso, vso, np);
+        }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
