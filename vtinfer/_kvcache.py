@@ -65,8 +65,7 @@ class KVLayer:
             ("layout", c.layout),
             ("K / V shape", " x ".join(map(str, c.key_cache(self.index).shape))),
             ("bytes (K + V)", f"{c.nbytes // c.num_layers:,}"),
-            ("k_scale", _scale_summary(ks)),
-            ("v_scale", _scale_summary(vs)),
+            *_scale_rows(c.dtype, ks, vs),
         ]
         return _html_table("KVLayer", rows)
 
@@ -263,10 +262,21 @@ class PagedKVCache(_C.PagedKVCache):
             ("KV heads x head size", f"{self.num_kv_heads} x {self.head_size}"),
             ("page bytes", f"{self.page_bytes:,}"),
             ("total bytes", f"{self.nbytes:,}"),
-            ("k_scale", _scale_summary(self.k_scale)),
-            ("v_scale", _scale_summary(self.v_scale)),
+            *_scale_rows(self.dtype, self.k_scale, self.v_scale),
         ]
         return _html_table("PagedKVCache", rows)
+
+
+def _scale_rows(dtype: str, ks: np.ndarray, vs: np.ndarray) -> list[tuple[str, str]]:
+    """The scale rows of a repr: the per-tensor scales, or where a per-token-head format keeps its own."""
+    from vtinfer import dtype_info
+
+    if dtype_info(dtype).scale_kind != "token_head":
+        return [("k_scale", _scale_summary(ks)), ("v_scale", _scale_summary(vs))]
+    rows = [("scales", "per (token, KV head), float32 planes k_scale_cache / v_scale_cache, made at store")]
+    if dtype == "int4_per_token_head":
+        rows.append(("codes", "4-bit, two per byte, Hadamard-rotated; zero point in each scale's low 4 bits"))
+    return rows
 
 
 def _scale_summary(a: np.ndarray) -> str:

@@ -58,6 +58,8 @@ def test_views_are_uint8_of_half_the_head_size(layout):
     assert nhd(c.value_cache(1), layout)[1, 2].any()
     r = repr(c)
     assert f"dtype='{FMT}'" in r and f"page_bytes={c.page_bytes}" in r and "per-token-head" in r
+    for h in (c._repr_html_(), c.layer(0)._repr_html_()):
+        assert "per (token, KV head)" in h and "Hadamard-rotated" in h and "k_scale<" not in h
 
 
 def twin_store(k, v, slots, bs, src):
