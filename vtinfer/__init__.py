@@ -39,7 +39,15 @@ from vtinfer._cache_ops import (
     swap_blocks,
 )
 from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
-from vtinfer._dtypes import DTYPES, FP8_DTYPES, KV_CACHE_DTYPES, PER_TOKEN_HEAD_DTYPES, DtypeInfo, dtype_info
+from vtinfer._dtypes import (
+    DTYPES,
+    FP8_DTYPES,
+    KV_CACHE_DTYPES,
+    PER_TOKEN_HEAD_DTYPES,
+    TURBOQUANT_DTYPES,
+    DtypeInfo,
+    dtype_info,
+)
 from vtinfer._kvcache import KVLayer, PagedKVCache, reshape_and_cache, reshape_and_cache_flash
 from vtinfer.blocks import BlockAllocator
 from vtinfer.checkpoint import Checkpoint
@@ -47,6 +55,7 @@ from vtinfer.hf_config import AttentionSpec, ModelGeometry
 from vtinfer.resolve import Resolution, resolve_kv_cache_dtype
 from vtinfer.scales import LayerScales, load_kv_scales
 from vtinfer.sizing import KVCachePlan, kv_cache_args, plan_kv_cache
+from vtinfer._turboquant import turboquant_codebook, turboquant_gather, turboquant_slot_bytes, turboquant_store
 
 __version__ = "0.1.0"
 
@@ -98,6 +107,7 @@ __all__ = [
     "DtypeInfo",
     "FP8_DTYPES",
     "PER_TOKEN_HEAD_DTYPES",
+    "TURBOQUANT_DTYPES",
     "KV_CACHE_DTYPES",
     "VtinferError",
     "build_info",
@@ -113,4 +123,8 @@ __all__ = [
     "reshape_and_cache",
     "reshape_and_cache_flash",
     "swap_blocks",
+    "turboquant_codebook",
+    "turboquant_gather",
+    "turboquant_slot_bytes",
+    "turboquant_store",
 ]

@@ -42,8 +42,15 @@ class DtypeInfo:
     quant_max, quant_min : float
         Per-token-head: the range scaled values are clamped to (0 otherwise).
     page_layout : str
-        ``"dense"`` or ``"scale_planes"`` (a float32 ``[num_blocks, block_size,
-        H_kv]`` plane each for K and V beside the codes).
+        ``"dense"``, ``"scale_planes"`` (a float32 ``[num_blocks, block_size,
+        H_kv]`` plane each for K and V beside the codes) or ``"slots"``
+        (TurboQuant: one uint8 ``[num_blocks, block_size, H_kv, slot_bytes]``
+        cache holding K, V and their scales; ``vt.turboquant_slot_bytes``).
+    key_bits, value_bits : int
+        TurboQuant only (0 otherwise): key bits (8 = fp8 e4m3 keys; 3 / 4 =
+        Lloyd-Max indices of the rotated key) and value code bits.
+    norm_correction : bool
+        TurboQuant: the read renormalises the key's centroids (``_nc`` presets).
     """
 
     id: int
@@ -62,11 +69,14 @@ class DtypeInfo:
     quant_max: float
     quant_min: float
     page_layout: str
+    key_bits: int
+    value_bits: int
+    norm_correction: bool
 
     @property
     def numpy_dtype(self) -> np.dtype:
         """The NumPy dtype of values of this dtype (ml_dtypes for bf16 / fp8)."""
-        if self.numpy_name in ("float32", "float16", "int8"):
+        if self.numpy_name in ("float32", "float16", "int8", "uint8"):
             return np.dtype(self.numpy_name)
         return np.dtype(getattr(ml_dtypes, self.numpy_name))
 
@@ -75,6 +85,7 @@ DTYPES: tuple[DtypeInfo, ...] = tuple(DtypeInfo(**row) for row in _C.dtype_table
 KV_CACHE_DTYPES: tuple[str, ...] = _C.kv_cache_flags()
 FP8_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.is_fp8)
 PER_TOKEN_HEAD_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.scale_kind == "token_head")
+TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
 
 
 def dtype_info(name: str) -> DtypeInfo:

@@ -129,7 +129,8 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
     kv_cache_dtype_skip_layers : list of str, optional
         vLLM 0.33's ``CacheConfig.kv_cache_dtype_skip_layers``: layer indices
         (``"0"``) or ``"sliding_window"``; those layers keep the model dtype,
-        so ``layer_page_bytes`` differ. ``vllm_block_size`` and
+        so ``layer_page_bytes`` differ. A ``turboquant_*`` dtype adds vLLM's
+        boundary layers (the first and last 2 of a dense model) to the list. ``vllm_block_size`` and
         ``skip_page_size_padded`` are what vLLM's block alignment
         (``_align_heterogeneous_kv_block_size``, FlashAttention's 16-token
         kernel block) sets when the list is non-empty.
@@ -157,13 +158,27 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
     info = dtype_info(dtype)
     elem = info.elem_bytes
     kv_rank = rank_heads(geo.num_heads, geo.num_kv_heads, tensor_parallel_size, 0).num_kv_heads
+    if dtype_info(dtype).page_layout == "slots":
+        # vLLM 0.33 EngineArgs: a turboquant_* cache keeps the first / last 2 attention layers at the model dtype
+        # (TurboQuantConfig.get_boundary_skip_layers, dense models), added to the skip list
+        from vtinfer._turboquant import boundary_skip_layers
+
+        if kv_cache_dtype_skip_layers is not None:
+            skipped_layers(geo, kv_cache_dtype_skip_layers)  # its type check
+        kv_cache_dtype_skip_layers = sorted(set(kv_cache_dtype_skip_layers or ()) | set(
+            boundary_skip_layers(geo.num_layers)))
     skipped = skipped_layers(geo, kv_cache_dtype_skip_layers)
     layer_dtypes = tuple(geo.dtype if s.layer in skipped else dtype for s in geo.layers)
 
     def token_bytes(d: str, kv: int, head_dim: int) -> int:
         # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
         # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
+        # TurboQuant: one slot of vLLM's slot_size_aligned bytes per (token, KV head), K and V together
         di = dtype_info(d)
+        if di.page_layout == "slots":
+            from vtinfer import _C
+
+            return kv * _C.dtype_slot_bytes(di.name, head_dim)
         return kv * (2 * head_dim * di.elem_bits // 8 + (8 if di.scale_kind == "token_head" else 0))
 
     pages = tuple(block_size * token_bytes(d, kv_rank if s.num_kv_heads == geo.num_kv_heads else

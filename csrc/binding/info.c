@@ -55,16 +55,17 @@ static PyObject *py_dtype_table(PyObject *m, PyObject *unused) {
             }
             PyTuple_SET_ITEM(flags, k, s);
         }
-        static const char *const scale_kinds[] = {"none", "tensor", "token_head"};
-        static const char *const layouts[] = {"dense", "scale_planes"};
+        static const char *const scale_kinds[] = {"none", "tensor", "token_head", "slot"};
+        static const char *const layouts[] = {"dense", "scale_planes", "slots"};
         const vt_dtype_info *code = i->code_dtype >= 0 ? vt_dtype_get(i->code_dtype) : NULL;
         PyObject *row = Py_BuildValue(
-            "{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i,s:i,s:O,s:z,s:s,s:d,s:d,s:s}", "id", d, "name", i->name,
+            "{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i,s:i,s:O,s:z,s:s,s:d,s:d,s:s,s:i,s:i,s:O}", "id", d, "name", i->name,
             "numpy_name", i->numpy_name, "flags", flags, "elem_bytes", (Py_ssize_t)i->elem_bytes, "is_fp8",
             i->is_fp8 ? Py_True : Py_False, "max_finite", i->max_finite, "exponent_bits", i->exponent_bits,
             "mantissa_bits", i->mantissa_bits, "elem_bits", i->elem_bits, "is_int", i->is_int ? Py_True : Py_False,
             "code_dtype", code ? code->name : NULL, "scale_kind", scale_kinds[i->scale_kind], "quant_max",
-            (double)i->quant_max, "quant_min", (double)i->quant_min, "page_layout", layouts[i->page_layout]);
+            (double)i->quant_max, "quant_min", (double)i->quant_min, "page_layout", layouts[i->page_layout], "key_bits", i->key_bits,
+            "value_bits", i->value_bits, "norm_correction", i->norm_correction ? Py_True : Py_False);
         if (!row) goto fail;
         PyTuple_SET_ITEM(t, d, row);
     }
@@ -158,7 +159,28 @@ static PyObject *py_bench_copy(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args) {
+    (void)m;
+    const char *name;
+    long long d;
+    if (!PyArg_ParseTuple(args, "sL:dtype_slot_bytes", &name, &d)) return NULL;
+    int id;
+    vt_error err;
+    if (vt_dtype_from_name(name, "dtype", &id, &err) != VT_OK) {
+        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: %s", err.message);
+        return NULL;
+    }
+    if (d <= 0) {
+        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: head_size must be > 0; got %lld", d);
+        return NULL;
+    }
+    return PyLong_FromSize_t(id < 0 ? 0 : vt_dtype_slot_bytes(id, (size_t)d));
+}
+
 static PyMethodDef info_methods[] = {
+    {"dtype_slot_bytes", py_dtype_slot_bytes, METH_VARARGS,
+     "dtype_slot_bytes($module, dtype, head_size, /)\n--\n\nTurboQuant slot bytes (vLLM's slot_size_aligned); 0 for "
+     "other dtypes."},
     {"_bench_copy", py_bench_copy, METH_VARARGS,
      "_bench_copy($module, dst, src, num_threads=None, /)\n--\n\nThreaded memcpy of src into dst (benchmarks only)."},
     {"build_info", py_build_info, METH_NOARGS,

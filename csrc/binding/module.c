@@ -65,6 +65,7 @@ static int vt_exec(PyObject *m) {
     if (vt_kvcache_exec(m, st) < 0 || vt_store_exec(m, st) < 0) return -1;
     if (vt_resolver_exec(m, st) < 0) return -1;
     if (vt_cacheops_exec(m, st) < 0) return -1;
+    if (vt_tq_exec(m, st) < 0) return -1;
     return 0;
 }
 

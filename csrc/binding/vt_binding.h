@@ -79,5 +79,6 @@ int vt_kvcache_exec(PyObject *m, vt_module_state *st);
 int vt_store_exec(PyObject *m, vt_module_state *st);
 int vt_resolver_exec(PyObject *m, vt_module_state *st);
 int vt_cacheops_exec(PyObject *m, vt_module_state *st);
+int vt_tq_exec(PyObject *m, vt_module_state *st);
 
 #endif /* VTINFER_BINDING_H */

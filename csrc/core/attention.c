@@ -58,6 +58,9 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
         if (p->s_aux && !finite_f(p->s_aux[h]))
             return vt_error_set(err, VT_ERR_VALUE, FN ": s_aux must be finite; got %g at [%d]", (double)p->s_aux[h], h);
     }
+    if (vt_dtype_get(p->kv_dtype) && vt_dtype_get(p->kv_dtype)->page_layout == VT_PAGE_SLOTS)
+        return vt_error_set(err, VT_ERR_UNSUPPORTED, FN ": kv_cache_dtype '%s' is not read by this attention (its "
+                            "packed K+V slots have vt_tq_gather only; kv-formats.md, Owed)", vt_dtype_get(p->kv_dtype)->name);
     if (p->kv_dtype == VT_DTYPE_INT4_PTH) {
         if (p->head_size % 2 || vt_int4_rht_block(p->head_size) > VT_INT4_RHT_MAX)
             return vt_error_set(err, VT_ERR_VALUE, FN ": q must have an even head size whose largest power-of-two "

@@ -31,6 +31,9 @@ vt_status vt_kv_store_check(const vt_kv_store_params *p, vt_error *err) {
     if (!vt_dtype_get(p->cache_dtype))
         return vt_error_set(err, VT_ERR_TYPE, "%s: key_cache must have a storage dtype; got dtype id %d", fn,
                             (int)p->cache_dtype);
+    if (vt_dtype_get(p->cache_dtype)->page_layout == VT_PAGE_SLOTS) /* one K+V slot cache: kv_store_tq.c */
+        return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: kv_cache_dtype '%s' packs K and V into one slot cache; "
+                            "store it with vt_tq_store (vt.turboquant_store)", fn, vt_dtype_get(p->cache_dtype)->name);
     if (p->num_kv_heads <= 0 || p->head_size <= 0 || p->block_size <= 0 || p->num_blocks <= 0)
         return vt_error_set(err, VT_ERR_VALUE,
                             "%s: num_kv_heads, head_size, block_size and num_blocks must be > 0; got %lld, %lld, "

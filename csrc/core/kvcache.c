@@ -52,6 +52,9 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
                             "%s: head_size must be even and at most %d for dtype 'int4_per_token_head' (two codes "
                             "per byte, a rotation block of at most %d); got %lld",
                             fn, VT_KV_INT4_MAX_D, VT_INT4_RHT_MAX, (long long)cfg->head_size);
+    if (di->page_layout == VT_PAGE_SLOTS) /* one packed K+V slot per (token, head): owed (kv-formats.md) */
+        return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: dtype '%s' is not built for the paged cache yet (store into "
+                            "a caller-owned slot cache with turboquant_store)", fn, di->name);
     if (cfg->layout != VT_KV_LAYOUT_NHD && cfg->layout != VT_KV_LAYOUT_HND)
         return vt_error_set(err, VT_ERR_VALUE, "%s: layout must be 'NHD' or 'HND'; got id %d", fn, (int)cfg->layout);
     size_t row, blk, kv, page, region, total;

@@ -146,6 +146,11 @@ int vt_attn_parse_scalars(vt_attn_call *c) {
         PyErr_Format(PyExc_ValueError, "%s: %s", FN, e.message);
         return -1;
     }
+    if (c->kv_flag >= 0 && vt_dtype_get(c->kv_flag)->page_layout == VT_PAGE_SLOTS) {
+        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype '%s' is not read by this attention yet (its packed "
+                     "K+V slots have turboquant_gather only)", FN, kvd);
+        return -1;
+    }
     return 0;
 }
 

@@ -291,6 +291,12 @@ static int check_scale_caches(vt_store_call *c) {
 
 int vt_store_check(vt_store_call *c) {
     const int64_t H = c->key.shape[1], D = c->key.shape[2];
+    if (c->kv_flag >= 0 && vt_dtype_get(c->kv_flag)->page_layout == VT_PAGE_SLOTS) {
+        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype '%s' packs K and V into one slot cache; store it "
+                     "with turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype)", c->fn,
+                     vt_dtype_get(c->kv_flag)->name);
+        return -1;
+    }
     if ((c->xsplit ? check_xsplit_shapes(c, H, D) : check_flash_shapes(c, H, D)) < 0) return -1;
     int cdt = cache_dtype_for(c, "key_cache", &c->key_cache);
     if (cdt < 0 || cache_dtype_for(c, "value_cache", &c->value_cache) < 0) return -1;

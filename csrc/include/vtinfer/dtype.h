@@ -23,22 +23,31 @@ typedef enum vt_dtype {
     VT_DTYPE_FP8_PTH = 6,  /* e4m3fn codes + one float32 scale per (token, KV head) (vLLM fp8_per_token_head) */
     VT_DTYPE_INT4_PTH = 7, /* rotated (RHT) rows as unsigned 4-bit codes, two per byte, + one float32 scale
                             * whose low 4 bits hold the zero point, per (token, KV head) (vLLM int4_per_token_head) */
-    VT_DTYPE_COUNT = 8
+    /* vLLM 0.33 TurboQuant: one packed uint8 slot per (token, KV head) holding the key part, the value codes and
+     * the value's fp16 scale and zero (vtinfer/turboquant.h; the table's key_bits / value_bits / norm_correction) */
+    VT_DTYPE_TQ_K8V4 = 8,     /* turboquant_k8v4: fp8 e4m3 keys, 4-bit values */
+    VT_DTYPE_TQ_4BIT_NC = 9,  /* turboquant_4bit_nc: 4-bit Lloyd-Max keys (rotated, norm correction), 4-bit values */
+    VT_DTYPE_TQ_K3V4_NC = 10, /* turboquant_k3v4_nc: 3-bit keys, 4-bit values */
+    VT_DTYPE_TQ_3BIT_NC = 11, /* turboquant_3bit_nc: 3-bit keys, 3-bit values */
+    VT_DTYPE_COUNT = 12
 } vt_dtype;
 
 /* How a dtype's values are scaled. */
 typedef enum vt_scale_kind {
     VT_SCALE_NONE = 0,       /* plain values (float32/16, bfloat16) */
     VT_SCALE_TENSOR = 1,     /* codes times a given scale (per tensor, layer or KV head): fp8 */
-    VT_SCALE_TOKEN_HEAD = 2  /* codes times a float32 scale computed at store, one per (token, KV head) */
+    VT_SCALE_TOKEN_HEAD = 2, /* codes times a float32 scale computed at store, one per (token, KV head) */
+    VT_SCALE_SLOT = 3        /* TurboQuant: scales (fp16 value scale / zero, fp16 key norm) inside each packed slot */
 } vt_scale_kind;
 
 /* How one layer's page of a vt_kv_cache is laid out. */
 typedef enum vt_page_layout {
     VT_PAGE_DENSE = 0,       /* K and V planes of elements, nothing else */
-    VT_PAGE_SCALE_PLANES = 1 /* K and V planes of codes plus a float32 [num_blocks, block_size, num_kv_heads]
+    VT_PAGE_SCALE_PLANES = 1, /* K and V planes of codes plus a float32 [num_blocks, block_size, num_kv_heads]
                               * scale plane for each of K and V (vLLM keeps the same bytes inline, after
                               * each head's codes: page bytes are equal) */
+    VT_PAGE_SLOTS = 2        /* one uint8 [num_blocks, block_size, num_kv_heads, slot_bytes] cache, K and V together
+                              * (TurboQuant; vt_dtype_slot_bytes) */
 } vt_page_layout;
 
 /* Value of a flag that names no dtype by itself ("auto": the model's dtype). */
@@ -61,10 +70,18 @@ typedef struct vt_dtype_info {
     vt_scale_kind scale_kind;
     float quant_max, quant_min; /* per-token-head: code range the scaled values are clamped to */
     vt_page_layout page_layout;
+    int key_bits;              /* TurboQuant (page_layout VT_PAGE_SLOTS) only, else 0: 8 = fp8 e4m3 keys, 3 / 4 =
+                                * Lloyd-Max indices of the rotated key */
+    int value_bits;            /* TurboQuant: bits of a value code (3 or 4), else 0 */
+    int norm_correction;       /* TurboQuant: the read renormalises the key's centroids (the _nc presets) */
 } vt_dtype_info;
 
 /* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */
 VT_API size_t vt_dtype_row_bytes(int dtype, size_t head_size);
+
+/* TurboQuant: bytes of one (token, KV head) slot for head_size elements, vLLM's slot_size_aligned
+ * ([key part | value codes | fp16 scale | fp16 zero], rounded up to even); 0 for other dtypes. */
+VT_API size_t vt_dtype_slot_bytes(int dtype, size_t head_size);
 
 /* 1 when `dtype` stores one scale per (token, KV head) (the table's scale_kind), else 0. */
 VT_API int vt_dtype_per_token_head(int dtype);

@@ -1,0 +1,118 @@
+"""Bad input for the TurboQuant slot-cache functions (vt.turboquant_store / turboquant_gather) and the
+refusals of the paths that do not take these formats: each names the argument, nothing is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vtinfer as vt
+
+NB, BS, H, D, T = 2, 16, 2, 64, 5
+FMT = "turboquant_4bit_nc"
+
+
+def args(fmt=FMT, d=D):
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((T, H, d)).astype(np.float32)
+    v = rng.standard_normal((T, H, d)).astype(np.float32)
+    cache = np.full((NB, BS, H, vt.turboquant_slot_bytes(fmt, d)), 0x5A, np.uint8)
+    return dict(key=k, value=v, kv_cache=cache, slot_mapping=np.arange(T, dtype=np.int64), kv_cache_dtype=fmt)
+
+
+def _with(**kw):
+    def f(a):
+        a.update(kw)
+        return a
+    return f
+
+
+STORE_CASES = [
+    ("flag vLLM does not know", _with(kv_cache_dtype="turboquant_2bit"), ValueError,
+     r"turboquant_store: kv_cache_dtype must be one of turboquant_k8v4, .*; got 'turboquant_2bit'"),
+    ("not a TurboQuant flag", _with(kv_cache_dtype="fp8"), ValueError, r"kv_cache_dtype must be one of turboquant_"),
+    ("cache dtype", lambda a: {**a, "kv_cache": a["kv_cache"].view(np.int8)}, TypeError,
+     r"turboquant_store: kv_cache must be uint8; got int8"),
+    ("cache slot size", lambda a: {**a, "kv_cache": a["kv_cache"][..., :-2]}, ValueError,
+     r"kv_cache must have shape \[num_blocks, block_size, 2, 70\] \(num_kv_heads and slot_size_aligned of "
+     r"kv_cache_dtype 'turboquant_4bit_nc' at head_size 64\); got \[2, 16, 2, 68\]"),
+    ("cache heads", lambda a: {**a, "kv_cache": a["kv_cache"][:, :, :1]}, ValueError,
+     r"kv_cache must have shape \[num_blocks, block_size, 2, 70\] .*; got \[2, 16, 1, 70\]"),
+    ("cache rank", lambda a: {**a, "kv_cache": a["kv_cache"].reshape(NB * BS, H, -1)}, ValueError,
+     r"kv_cache must have shape \[num_blocks, block_size, num_kv_heads, slot_bytes\]; got 3 dimensions"),
+    ("cache slots not contiguous", lambda a: {**a, "kv_cache": np.full((NB, BS, H, 2 * 70), 0x5A, np.uint8)[..., ::2]},
+     ValueError, r"kv_cache must have contiguous slots"),
+    ("cache read-only", lambda a: {**a, "kv_cache": _readonly(a["kv_cache"])}, ValueError, r"kv_cache"),
+    ("cache broadcast", lambda a: {**a, "kv_cache": np.broadcast_to(a["kv_cache"][:1], a["kv_cache"].shape)},
+     ValueError, r"kv_cache"),
+    ("key dtype", lambda a: {**a, "key": a["key"].astype(np.float64), "value": a["value"].astype(np.float64)},
+     TypeError, r"turboquant_store: key must be float32, float16 or bfloat16; got float64"),
+    ("value dtype differs", lambda a: {**a, "value": a["value"].astype(np.float16)}, TypeError,
+     r"value must have key's dtype float32; got float16"),
+    ("value shape", lambda a: {**a, "value": a["value"][:, :1]}, ValueError, r"value must have key's shape \[5, 2, 64\]"),
+    ("key rank", lambda a: {**a, "key": a["key"].reshape(T, -1)}, ValueError,
+     r"key must have shape \[num_tokens, num_kv_heads, head_size\]; got 2 dimensions"),
+    ("head size not a power of two", lambda a: {**args(d=48), "kv_cache_dtype": FMT,
+                                                "kv_cache": np.zeros((NB, BS, H, vt.turboquant_slot_bytes(FMT, 48)),
+                                                                     np.uint8)},
+     ValueError, r"turboquant_store: head_size must be a power of two for kv_cache_dtype 'turboquant_4bit_nc' "
+                 r"\(the key's Hadamard rotation\); got 48"),
+    ("odd head size", lambda a: {**args("turboquant_k8v4", 5), "kv_cache": np.zeros(
+        (NB, BS, H, vt.turboquant_slot_bytes("turboquant_k8v4", 5)), np.uint8)}, ValueError,
+     r"head_size must be even and at most 4096 for kv_cache_dtype 'turboquant_k8v4'; got 5"),
+    ("slot out of range", lambda a: {**a, "slot_mapping": np.array([0, 1, 2, 3, NB * BS], np.int64)}, IndexError,
+     r"turboquant_store: slot_mapping\[4\] must be < num_blocks \* block_size = 32 \(or negative to skip\); got 32"),
+    ("slot dtype", lambda a: {**a, "slot_mapping": a["slot_mapping"].astype(np.int32)}, TypeError,
+     r"slot_mapping must be int64; got int32"),
+    ("slot count", lambda a: {**a, "slot_mapping": a["slot_mapping"][:4]}, ValueError,
+     r"slot_mapping must have shape \[5\] \(key's num_tokens\); got \[4\]"),
+    ("key inside the cache", lambda a: {**a, "key": a["kv_cache"].reshape(-1)[: T * H * D * 4].view(np.float32)
+                                        .reshape(T, H, D)}, ValueError, r"kv_cache must not share memory with key"),
+]
+
+
+def _readonly(a):
+    a = a.copy()
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize("name,fn,exc,match", STORE_CASES, ids=[c[0] for c in STORE_CASES])
+def test_store_refusals_write_nothing(name, fn, exc, match):
+    a = fn(args())
+    before = np.array(a["kv_cache"], copy=True)
+    with pytest.raises(exc, match=match):
+        vt.turboquant_store(**a)
+    np.testing.assert_array_equal(np.asarray(a["kv_cache"]), before)
+
+
+def test_gather_refusals():
+    a = args()
+    vt.turboquant_store(**a)
+    c = a["kv_cache"]
+    with pytest.raises(IndexError, match=r"turboquant_gather: slots\[1\] must be in \[0, num_blocks \* block_size = "
+                                         r"32\); got -1"):
+        vt.turboquant_gather(c, np.array([0, -1], np.int64), FMT, D)
+    with pytest.raises(ValueError, match=r"turboquant_gather: kv_cache must have shape \[num_blocks, block_size, 2, "
+                                         r"62\]"):
+        vt.turboquant_gather(c, np.array([0], np.int64), "turboquant_k3v4_nc", D)
+    with pytest.raises(ValueError, match=r"turboquant_gather: head_size must be a positive int; got 0"):
+        vt.turboquant_gather(c, np.array([0], np.int64), FMT, 0)
+    with pytest.raises(ValueError, match=r"turboquant_gather: kv_cache_dtype must be one of .*; got 'int4_per_token_head'"):
+        vt.turboquant_gather(c, np.array([0], np.int64), "int4_per_token_head", D)
+
+
+def test_other_paths_refuse_the_formats():
+    a = args()
+    kc = np.zeros((NB, BS, H, D), np.uint8)
+    with pytest.raises(NotImplementedError, match=r"reshape_and_cache_flash: kv_cache_dtype 'turboquant_4bit_nc' "
+                                                  r"packs K and V into one slot cache; store it with turboquant_store"):
+        vt.reshape_and_cache_flash(a["key"], a["value"], kc, kc.copy(), a["slot_mapping"], FMT, 1.0, 1.0)
+    assert not kc.any()
+    for fmt in vt.TURBOQUANT_DTYPES:
+        with pytest.raises(NotImplementedError, match=rf"dtype '{fmt}' is not built for the paged cache yet"):
+            vt.PagedKVCache(1, NB, BS, H, D, fmt)
+    q = np.zeros((1, 4, D), np.float32)
+    with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'turboquant_k8v4' is not read by this attention"):
+        vt.flash_attn_varlen_func(q, kc, kc, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
+                                  block_table=np.zeros((1, 1), np.int32), kv_cache_dtype="turboquant_k8v4")

@@ -1,0 +1,180 @@
+"""vLLM 0.33's TurboQuant KV formats on a caller-owned slot cache.
+
+``turboquant_k8v4``, ``turboquant_4bit_nc``, ``turboquant_k3v4_nc`` and
+``turboquant_3bit_nc`` keep K and V of one (token, KV head) in one uint8 slot
+(``turboquant_slot_bytes``): the store (``turboquant_store``) and the
+dequantized read (``turboquant_gather``) are C (csrc/core/kv_store_tq.c); the
+Lloyd-Max codebook the MSE presets index is computed here, once per
+(head_size, bits), as vLLM computes it (float64, then float32). The rules with
+vLLM's file and line: .agents/specs/kv-formats.md (TurboQuant).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from vtinfer import _C
+from vtinfer._dtypes import TURBOQUANT_DTYPES, dtype_info
+
+
+def _tq_info(kv_cache_dtype: Any, fn: str):
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in TURBOQUANT_DTYPES:
+        raise ValueError(f"{fn}: kv_cache_dtype must be one of {', '.join(TURBOQUANT_DTYPES)}; got {kv_cache_dtype!r}")
+    return dtype_info(kv_cache_dtype)
+
+
+def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int) -> int:
+    """Bytes of one (token, KV head) slot: vLLM's ``TurboQuantConfig.slot_size_aligned``.
+
+    ``[key part | value codes | fp16 value scale | fp16 value zero]`` rounded up
+    to even; the key part is ``head_size`` e4m3 bytes (``turboquant_k8v4``) or
+    ``ceil(head_size * key_bits / 8)`` index bytes and an fp16 norm.
+    """
+    _tq_info(kv_cache_dtype, "turboquant_slot_bytes")
+    if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
+        raise ValueError(f"turboquant_slot_bytes: head_size must be a positive int; got {head_size!r}")
+    return _C.dtype_slot_bytes(kv_cache_dtype, head_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _lloyd_max(head_size: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(centroids [2^bits], midpoints [2^bits - 1]) float32 for N(0, 1/head_size).
+
+    vLLM's solve (centroids.py): start at the centres of 2^bits equal cells over
+    +-3.5 sigma; each round, cut at the midpoints of neighbours (outer edges
+    +-10.5 sigma) and move each centroid to the cell's conditional mean, both
+    integrals by the 200-interval trapezoid rule; at most 200 rounds, stopping
+    (without taking the round) once no centroid moves by 1e-10. All in Python
+    floats (float64, libm exp), then float32; the midpoints are the float32
+    means of neighbouring float32 centroids (the store's ``(c[:-1] + c[1:]) / 2``)."""
+    levels = 1 << bits
+    var = 1.0 / head_size
+    sigma = math.sqrt(var)
+    norm = 1.0 / math.sqrt(2 * math.pi * var)
+    lo, hi = -3.5 * sigma, 3.5 * sigma
+
+    def trapezoid(f, a: float, b: float) -> float:
+        step = (b - a) / 200
+        total = 0.5 * (f(a) + f(b))
+        for i in range(1, 200):
+            total += f(a + i * step)
+        return total * step
+
+    def pdf(x: float) -> float:
+        return norm * math.exp(-x * x / (2 * var))
+
+    def first_moment(x: float) -> float:
+        return x * pdf(x)
+
+    cent = [lo + (hi - lo) * (i + 0.5) / levels for i in range(levels)]
+    for _ in range(200):
+        edges = [lo * 3] + [(cent[i] + cent[i + 1]) / 2.0 for i in range(levels - 1)] + [hi * 3]
+        moved = []
+        for i in range(levels):
+            mass = trapezoid(pdf, edges[i], edges[i + 1])
+            moved.append(trapezoid(first_moment, edges[i], edges[i + 1]) / mass if mass > 1e-15 else cent[i])
+        if max(abs(a - b) for a, b in zip(moved, cent)) < 1e-10:
+            break
+        cent = moved
+    c32 = np.array(cent, dtype=np.float32)
+    mids = ((c32[:-1] + c32[1:]) / np.float32(2)).astype(np.float32)
+    c32.setflags(write=False)
+    mids.setflags(write=False)
+    return c32, mids
+
+
+def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Lloyd-Max ``(centroids, midpoints)`` (float32, read-only) an MSE preset's keys index;
+    ``turboquant_k8v4`` (fp8 keys) has none: ``(None, None)``."""
+    info = _tq_info(kv_cache_dtype, "turboquant_codebook")
+    if info.key_bits == 8:
+        return None, None  # type: ignore[return-value]
+    return _lloyd_max(int(head_size), info.key_bits)
+
+
+def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str) -> None:
+    """Store tokens into a TurboQuant slot cache as vLLM 0.33's ``triton_turboquant_store`` does.
+
+    Parameters
+    ----------
+    key, value : array ``[num_tokens, num_kv_heads, head_size]``
+        float32, float16 or bfloat16 (NumPy or DLPack), last dimension
+        contiguous; widened to float32. ``head_size`` even; a power of two for
+        the MSE presets (the Hadamard rotation).
+    kv_cache : uint8 array ``[num_blocks, block_size, num_kv_heads, slot_bytes]``
+        Written in place; ``slot_bytes = turboquant_slot_bytes(kv_cache_dtype,
+        head_size)``; any strides with contiguous slots (vLLM's
+        ``kv_cache.transpose(1, 2)`` view of its page works as it is).
+    slot_mapping : int64 array ``[num_tokens]``
+        ``block * block_size + offset``; negative skips the token.
+    kv_cache_dtype : str
+        One of ``vt.TURBOQUANT_DTYPES``.
+
+    Each (token, head) slot gets ``[key | value codes | fp16 scale | fp16 zero]``:
+    k8v4 keys as e4m3 (nearest even, saturating); MSE keys as the Lloyd-Max
+    indices of ``(k / (||k|| + 1e-8)) H`` (H the Sylvester Hadamard / sqrt(D))
+    and the fp16 norm; values by min / max at 4 or 3 bits. Bytes no rule writes
+    (the even-rounding pad, a 3-bit tail) keep their contents. Single-threaded.
+    Every argument and slot is checked first: a refused call writes nothing.
+    """
+    info = _tq_info(kv_cache_dtype, "turboquant_store")
+    mids = None
+    if info.key_bits != 8:
+        D = getattr(key, "shape", (0,))[-1] if getattr(key, "ndim", 0) == 3 else 0
+        if isinstance(D, int) and D > 0 and D % 2 == 0 and D & (D - 1) == 0 and D <= 4096:
+            mids = _lloyd_max(D, info.key_bits)[1]
+        else:  # the C checks name the argument (head_size / shape)
+            mids = np.zeros((1 << info.key_bits) - 1, np.float32)
+    _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids)
+
+
+def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dequantize slots of a TurboQuant slot cache: vLLM's ``_tq_full_dequant_kv`` in float32.
+
+    Parameters
+    ----------
+    kv_cache : uint8 array ``[num_blocks, block_size, num_kv_heads, slot_bytes]``
+    slots : int64 array ``[n]``
+        ``block * block_size + offset``, each in ``[0, num_blocks * block_size)``.
+    kv_cache_dtype : str
+    head_size : int
+
+    Returns
+    -------
+    (K, V) : float32 ndarrays ``[n, num_kv_heads, head_size]``
+        ``V = code * scale + zero`` (the fp16 scale and zero widened). K: the
+        e4m3 value (k8v4), or for the MSE presets the key **in the rotated
+        basis**, ``norm * c[index]`` (``_nc``: c first scaled by
+        ``1 / sqrt(sum c^2 + 1e-16)``), as vLLM's read uses it (its queries are
+        rotated instead); the model-basis key is ``K @ H`` with H the
+        orthonormal Sylvester Hadamard (its own inverse).
+    """
+    info = _tq_info(kv_cache_dtype, "turboquant_gather")
+    if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
+        raise ValueError(f"turboquant_gather: head_size must be a positive int; got {head_size!r}")
+    n = int(np.asarray(slots).shape[0]) if np.ndim(slots) == 1 else -1
+    if n < 0:
+        raise ValueError(f"turboquant_gather: slots must have shape [n]; got {np.ndim(slots)} dimensions")
+    H = int(getattr(kv_cache, "shape", (0, 0, 0))[2]) if len(getattr(kv_cache, "shape", ())) == 4 else 1
+    k = np.empty((n, H, head_size), np.float32)
+    v = np.empty((n, H, head_size), np.float32)
+    cen = None
+    if info.key_bits != 8:
+        D = head_size
+        cen = _lloyd_max(D, info.key_bits)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
+            1 << info.key_bits, np.float32)
+    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v)
+    return k, v
+
+
+def boundary_skip_layers(num_layers: int, n: int = 2) -> list[str]:
+    """vLLM 0.33's ``TurboQuantConfig.get_boundary_skip_layers`` for a dense model: the first and
+    last ``min(n, num_layers // 2)`` layers, as sorted strings (they stay at the model dtype)."""
+    if n <= 0 or num_layers <= 0:
+        return []
+    n = min(n, num_layers // 2)
+    return [str(i) for i in sorted(set(range(n)) | set(range(num_layers - n, num_layers)))]
