@@ -55,7 +55,13 @@ from vtinfer.hf_config import AttentionSpec, ModelGeometry
 from vtinfer.resolve import Resolution, resolve_kv_cache_dtype
 from vtinfer.scales import LayerScales, load_kv_scales
 from vtinfer.sizing import KVCachePlan, kv_cache_args, plan_kv_cache
-from vtinfer._turboquant import turboquant_codebook, turboquant_gather, turboquant_slot_bytes, turboquant_store
+from vtinfer._turboquant import (
+    turboquant_attention,
+    turboquant_codebook,
+    turboquant_gather,
+    turboquant_slot_bytes,
+    turboquant_store,
+)
 
 __version__ = "0.1.0"
 
@@ -123,6 +129,7 @@ __all__ = [
     "reshape_and_cache",
     "reshape_and_cache_flash",
     "swap_blocks",
+    "turboquant_attention",
     "turboquant_codebook",
     "turboquant_gather",
     "turboquant_slot_bytes",

@@ -178,3 +178,86 @@ def boundary_skip_layers(num_layers: int, n: int = 2) -> list[str]:
         return []
     n = min(n, num_layers // 2)
     return [str(i) for i in sorted(set(range(n)) | set(range(num_layers - n, num_layers)))]
+
+
+def hadamard(head_size: int) -> np.ndarray:
+    """The orthonormal Sylvester Hadamard vLLM rotates MSE keys and queries with: float32
+    ``[head_size, head_size]``, entries ``+-1 / sqrt(head_size)`` (its own inverse)."""
+    h = np.ones((1, 1), np.float32)
+    while h.shape[0] < head_size:
+        h = np.concatenate([np.concatenate([h, h], 1), np.concatenate([h, -h], 1)], 0)
+    return (h / np.float32(math.sqrt(head_size))).astype(np.float32)
+
+
+def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k: Any, block_table: Any,
+                         kv_cache_dtype: str, softmax_scale: float | None = None, causal: bool = True,
+                         window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
+                         s_aux: Any = None, return_lse: bool = False, num_threads: int | None = None) -> Any:
+    """Paged attention over a TurboQuant slot cache (the meaning of vLLM 0.33's TurboQuant decode).
+
+    The simplest correct path: the blocks ``block_table`` names are dequantized
+    (``turboquant_gather``) into a float32 paged copy, and
+    ``vt.flash_attn_varlen_func`` runs over it. MSE presets keep keys in the
+    rotated basis, so the queries are rotated as vLLM's decode rotates them,
+    ``q_rot = float32(q) @ H`` (a float32 product; ``q . k = q_rot . k_rot``);
+    k8v4 queries are widened to float32. V is never rotated. The output is
+    rounded (nearest even) to q's dtype.
+
+    Parameters
+    ----------
+    q : ndarray ``[total_q, H, head_size]``
+        float32, float16 or bfloat16 (NumPy / ml_dtypes).
+    kv_cache : uint8 ndarray ``[num_blocks, block_size, H_kv, slot_bytes]``
+    cu_seqlens_q, seqused_k, block_table, softmax_scale, causal, window_size, softcap, alibi_slopes, s_aux,
+    return_lse, num_threads
+        As ``vt.flash_attn_varlen_func`` (``softmax_scale`` defaults to ``1 / sqrt(head_size)``).
+    kv_cache_dtype : str
+        One of ``vt.TURBOQUANT_DTYPES``.
+
+    Returns
+    -------
+    out : ndarray ``[total_q, H, head_size]`` of q's dtype (and lse ``[H, total_q]`` float32 with
+    ``return_lse``).
+
+    Every key is read from the cache: vLLM's first-chunk prefill attends to the
+    chunk's own unquantized keys instead (not mirrored; kv-formats.md, Owed).
+    The dequantized copy costs ``num_referenced_blocks * block_size * H_kv *
+    head_size * 8`` bytes and a pass over them per call: no fused read yet.
+    """
+    from vtinfer._attention import flash_attn_varlen_func
+
+    info = _tq_info(kv_cache_dtype, "turboquant_attention")
+    q = np.asarray(q)
+    if q.ndim != 3:
+        raise ValueError(f"turboquant_attention: q must have shape [total_q, H, head_size]; got {q.ndim} dimensions")
+    if q.dtype.name not in ("float32", "float16", "bfloat16"):
+        raise TypeError(f"turboquant_attention: q must be float32, float16 or bfloat16; got {q.dtype}")
+    D = int(q.shape[2])
+    shape = getattr(kv_cache, "shape", ())
+    if len(shape) != 4:
+        raise ValueError(f"turboquant_attention: kv_cache must have shape [num_blocks, block_size, H_kv, slot_bytes]; "
+                         f"got {len(shape)} dimensions")
+    bs = int(shape[1])
+    bt = np.asarray(block_table)
+    if bt.ndim != 2 or bt.dtype != np.int32:
+        raise ValueError(f"turboquant_attention: block_table must be int32 [batch, max_blocks]; got {bt.dtype} "
+                         f"with {bt.ndim} dimensions")
+    if bt.size and (bt.min() < 0 or bt.max() >= shape[0]):
+        raise IndexError(f"turboquant_attention: block_table entries must be in [0, {shape[0]}); got "
+                         f"{bt.min()}..{bt.max()}")
+    used = np.unique(bt) if bt.size else np.zeros(1, np.int32)
+    slots = (used.astype(np.int64)[:, None] * bs + np.arange(bs, dtype=np.int64)).reshape(-1)
+    k, v = turboquant_gather(kv_cache, slots, kv_cache_dtype, D)
+    k = k.reshape(len(used), bs, -1, D)
+    v = v.reshape(len(used), bs, -1, D)
+    qf = q.astype(np.float32)
+    if info.key_bits != 8:
+        qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
+    res = flash_attn_varlen_func(
+        qf, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k,
+        block_table=np.searchsorted(used, bt).astype(np.int32), softmax_scale=softmax_scale, causal=causal,
+        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, return_lse=return_lse,
+        num_threads=num_threads)
+    out, lse = (res if return_lse else (res, None))
+    out = np.asarray(out).astype(q.dtype)
+    return (out, lse) if return_lse else out
