@@ -303,3 +303,27 @@ def test_table_rows_and_resolution(tmp_path):
         assert vt.resolve_kv_cache_dtype(name, tmp_path).dtype == name
         p = vt.plan_kv_cache(tmp_path, name, 16, num_blocks=2)
         assert p.layer_dtypes == ("bfloat16",) * 4  # four layers: all are boundary layers
+
+
+def test_store_index_counts_midpoints_at_or_below():
+    """An element equal to a midpoint takes the upper cell (vLLM's ``y >= mid``). vLLM's codebook has no
+    midpoint a simple key hits exactly, so the C store gets a codebook with the midpoints next to +-1/8
+    moved onto +-1/8: a one-hot key at D = 64 rotates to exactly +-1/8 everywhere."""
+    from vtinfer import _C
+
+    fmt, D = "turboquant_4bit_nc", 64
+    mids = twin_codebook(D, 4)[1].copy()
+    for t in (0.125, -0.125):
+        mids[np.argmin(np.abs(mids - t))] = t
+    assert np.all(np.diff(mids) > 0)
+    k = np.zeros((2, 1, D), np.float32)
+    k[0, 0, 0], k[1, 0, 0] = 1.0, -1.0
+    v = np.ones((2, 1, D), np.float32)
+    cache = np.full((1, BS, 1, vt.turboquant_slot_bytes(fmt, D)), FILL, np.uint8)
+    _C.turboquant_store(k, v, cache, np.array([0, 1], np.int64), fmt, mids)
+    want = tq_twin.store(fmt, k, v, mids=mids)
+    m = written_mask(fmt, D)
+    np.testing.assert_array_equal(cache[0, :2, 0][:, m], want[:, 0][:, m])
+    idx = tq_twin._unpack(cache[0, :2, 0, :32], 4, D)
+    assert (idx[0] == np.searchsorted(mids, 0.125, side="right")).all()
+    assert (idx[1] == np.searchsorted(mids, -0.125, side="right")).all()
