@@ -238,11 +238,11 @@ fail:
 
 static PyMethodDef tq_functions[] = {
     {"turboquant_store", (PyCFunction)(void (*)(void))py_tq_store, METH_VARARGS | METH_KEYWORDS,
-     "turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints=None): vLLM's TurboQuant "
-     "store (see vtinfer.turboquant_store)."},
+     "turboquant_store($module, /, key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints=None)\n--\n\n"
+     "vLLM's TurboQuant store (see vtinfer.turboquant_store)."},
     {"turboquant_gather", (PyCFunction)(void (*)(void))py_tq_gather, METH_VARARGS | METH_KEYWORDS,
-     "turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out): dequantized read (see "
-     "vtinfer.turboquant_gather)."},
+     "turboquant_gather($module, /, kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out)\n--\n\n"
+     "The dequantized read of TurboQuant slots (see vtinfer.turboquant_gather)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,7 +21,7 @@ What is compared, and why:
   follows Triton's GPU lowering (``cvt.rn.satfinite``: nearest even, +-448);
 - the read kernel's float16 K / V for every stored token against the twin's
   dequantized values rounded to float16.
-vtinfer has no TurboQuant store of its own yet (see kv-formats.md Owed).
+vtinfer's own store / read are checked against this twin in test_kv_formats_tq_store.py.
 """
 
 from __future__ import annotations

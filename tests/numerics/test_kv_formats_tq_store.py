@@ -327,3 +327,19 @@ def test_store_index_counts_midpoints_at_or_below():
     idx = tq_twin._unpack(cache[0, :2, 0, :32], 4, D)
     assert (idx[0] == np.searchsorted(mids, 0.125, side="right")).all()
     assert (idx[1] == np.searchsorted(mids, -0.125, side="right")).all()
+
+
+def test_store_from_torch_tensors_into_vllms_page_view():
+    """CPU torch tensors through DLPack: bfloat16 key / value, and the cache as vLLM holds it (a
+    ``[num_blocks, H_kv, block_size, slot]`` page seen through ``transpose(1, 2)``)."""
+    torch = pytest.importorskip("torch")
+    fmt, D = "turboquant_k3v4_nc", 64
+    rng = np.random.default_rng(11)
+    k = torch.from_numpy(rng.standard_normal((20, H, D)).astype(np.float32)).to(torch.bfloat16)
+    v = torch.from_numpy(rng.standard_normal((20, H, D)).astype(np.float32)).to(torch.bfloat16)
+    slots = torch.from_numpy(rng.permutation(NB * BS)[:20].astype(np.int64))
+    page = torch.full((NB, H, BS, vt.turboquant_slot_bytes(fmt, D)), FILL, dtype=torch.uint8)
+    vt.turboquant_store(k, v, page.transpose(1, 2), slots, fmt)
+    want = make_cache(fmt, D)
+    vt.turboquant_store(k.float().numpy(), v.float().numpy(), want, slots.numpy(), fmt)
+    np.testing.assert_array_equal(page.transpose(1, 2).numpy(), want)
