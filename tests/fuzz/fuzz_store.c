@@ -11,8 +11,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const vt_dtype cache_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3,
-                                        VT_DTYPE_FP8_E5M2};
+static const vt_dtype cache_dtypes[] = {VT_DTYPE_F32,      VT_DTYPE_F16,      VT_DTYPE_BF16,
+                                        VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
+                                        VT_DTYPE_FP8_PTH,  VT_DTYPE_INT4_PTH};
 static const vt_dtype src_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -26,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)vt_kv_cache_sizes(&raw, "fuzz", &a, &b, &c, &d, &err);
 
     vt_kv_cache_config cfg = {fz_range(&f, 1, 3), fz_range(&f, 1, 8), fz_range(&f, 1, 16), fz_range(&f, 1, 4),
-                              fz_range(&f, 1, 64), cache_dtypes[fz_range(&f, 0, 4)],
+                              fz_range(&f, 1, 64), cache_dtypes[fz_range(&f, 0, 7)],
                               (vt_kv_layout)fz_range(&f, 0, 1)};
     vt_kv_cache *cache = NULL;
     if (vt_kv_cache_create(&cfg, &cache, &err) != VT_OK) return 0;
@@ -54,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t layer = hostile ? fz_index(&f, L) : fz_range(&f, 0, L - 1);
     (void)vt_kv_cache_store(cache, layer, key, (int64_t)row, D * (int64_t)es, value, (int64_t)row, D * (int64_t)es,
                             src, slots, n, (int)fz_range(&f, 1, 2), &err);
-    (void)vt_kv_cache_gather(cache, fz_index(&f, L), slots, n, ko, vo, &err);
+    (void)vt_kv_cache_gather_basis(cache, fz_index(&f, L), slots, n, ko, vo, (int)(fz_bits(&f, 1) & 1), &err);
     if (fz_bits(&f, 1) & 1) {
         vt_kv_cache_release(cache);
         (void)vt_kv_cache_store(cache, 0, key, (int64_t)row, D * (int64_t)es, value, (int64_t)row, D * (int64_t)es,
