@@ -153,6 +153,13 @@ static void test_geometry(void) {
     CHECK(vt_kv_cache_sizes(&big, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_OVERFLOW, "overflow");
     vt_kv_cache_config huge = {INT64_MAX, INT64_MAX, 1, 1, 1, VT_DTYPE_F32, VT_KV_LAYOUT_NHD};
     CHECK(vt_kv_cache_sizes(&huge, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_OVERFLOW, "overflow 2");
+    /* int4_per_token_head: vLLM's page, bs * H * 2 * (D / 2 + 4) bytes per layer; odd D refused */
+    vt_kv_cache_config i4 = {3, 5, 16, 2, 80, VT_DTYPE_INT4_PTH, VT_KV_LAYOUT_HND};
+    CHECK(vt_kv_cache_sizes(&i4, "t", &kv, NULL, &page, NULL, &err) == VT_OK, "int4: %s", err.message);
+    CHECK(page == 3u * 16 * 2 * 2 * (80 / 2 + 4) && kv == 5u * 16 * 2 * 40, "int4 page %zu kv %zu", page, kv);
+    i4.head_size = 81;
+    CHECK(vt_kv_cache_sizes(&i4, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_VALUE && strstr(err.message, "head_size"),
+          "int4 odd: %s", err.message);
     vt_kv_cache_free(NULL);
 }
 
