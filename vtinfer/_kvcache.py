@@ -25,8 +25,9 @@ class KVLayer:
 
     ``torch.from_dlpack(layer)`` sees ``[2, num_blocks, block_size, H_kv, D]``
     (NHD; ``[2, num_blocks, H_kv, block_size, D]`` for HND), K first, the same
-    memory as the cache (uint8 for fp8 caches), as vLLM's FlashAttention
-    backend lays out one layer's ``kv_cache``.
+    memory as the cache (uint8 for fp8 caches; for ``int4_per_token_head``
+    uint8 with a last dimension of ``D / 2``, two codes per byte), as vLLM's
+    FlashAttention backend lays out one layer's ``kv_cache``.
     """
 
     def __init__(self, cache: PagedKVCache, layer: int) -> None:
@@ -221,7 +222,9 @@ class PagedKVCache(_C.PagedKVCache):
         ``kv_cache_dtype`` set to the cache's dtype and, for fp8, the
         layer's scales as ``k_descale`` / ``v_descale`` (unless given); for
         a per-token-head dtype its scale planes as ``k_scale_cache`` /
-        ``v_scale_cache``.
+        ``v_scale_cache`` (``int4_per_token_head``: the ``D / 2``-byte code
+        views, queries rotated and the output rotated back by the read;
+        ``causal=True`` only, as in vLLM).
         Other keyword arguments go to ``flash_attn_varlen_func`` unchanged.
 
         Parameters
