@@ -172,21 +172,27 @@ class Decoder:
         return (x * cos + rot * sin).astype(np.float32)
 
     def session(self, kv_cache_dtype: str = "float32", *, max_tokens: int = 2048, block_size: int = 16,
-                k_scale: Any = 1.0, v_scale: Any = 1.0, num_threads: int | None = None) -> "Session":
+                k_scale: Any = 1.0, v_scale: Any = 1.0, num_threads: int | None = None,
+                turboquant_boundary: bool = True) -> "Session":
         """A single-sequence session with a fresh paged KV cache.
 
         Parameters
         ----------
         kv_cache_dtype : str
             Storage dtype of the cache (``float32``, ``bfloat16``,
-            ``float16``, ``fp8_e4m3``, ``fp8_e5m2``).
+            ``float16``, ``fp8_e4m3``, ``fp8_e5m2``, the per-token-head and
+            ``turboquant_*`` formats).
         max_tokens : int
             Tokens the cache must hold (rounded up to whole blocks).
         k_scale, v_scale : float or array_like
             Scalar, ``[num_layers]`` or ``[num_layers, num_kv_heads]``.
+        turboquant_boundary : bool
+            ``turboquant_*`` only: keep vLLM's boundary layers (the first and
+            last ``min(2, L // 2)``) unquantized, as vLLM does (they stay in
+            this decoder's float32; vLLM keeps them in the model dtype).
         """
         return Session(self, kv_cache_dtype, max_tokens, block_size, k_scale, v_scale,
-                       self.num_threads if num_threads is None else num_threads)
+                       self.num_threads if num_threads is None else num_threads, turboquant_boundary)
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """Final norm and LM head on hidden states ``[n, hidden]`` -> ``[n, vocab]`` float32."""
@@ -194,7 +200,8 @@ class Decoder:
 
     # ---- whole-sequence helpers ----
     def score(self, tokens: Any, kv_cache_dtype: str = "float32", *, chunk: int = 256, k_scale: Any = 1.0,
-              v_scale: Any = 1.0, observer: Observer | None = None, block_size: int = 16) -> np.ndarray:
+              v_scale: Any = 1.0, observer: Observer | None = None, block_size: int = 16,
+              turboquant_boundary: bool = True) -> np.ndarray:
         """Teacher-forced logits ``[n, vocab]`` for every position of ``tokens``.
 
         The sequence is prefilled ``chunk`` tokens at a time into one paged
@@ -203,7 +210,7 @@ class Decoder:
         """
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
         sess = self.session(kv_cache_dtype, max_tokens=max(len(toks), 1), block_size=block_size,
-                            k_scale=k_scale, v_scale=v_scale)
+                            k_scale=k_scale, v_scale=v_scale, turboquant_boundary=turboquant_boundary)
         sess.observer = observer
         parts = [sess.prefill(toks[i:i + chunk]) for i in range(0, len(toks), chunk)]
         return np.concatenate(parts) if parts else np.zeros((0, self.config.vocab_size), np.float32)
@@ -345,11 +352,23 @@ class Session:
     """
 
     def __init__(self, model: Decoder, kv_cache_dtype: str, max_tokens: int, block_size: int, k_scale: Any,
-                 v_scale: Any, num_threads: int | None) -> None:
+                 v_scale: Any, num_threads: int | None, turboquant_boundary: bool = True) -> None:
         c = model.config
         self.model = model
         self.kv_cache_dtype = kv_cache_dtype
         num_blocks = max(-(-int(max_tokens) // block_size), 1)
+        # turboquant_*: one uint8 slot cache per quantized layer (vt.turboquant_store / turboquant_attention);
+        # vLLM's boundary layers, and the paged cache below, stay float32
+        self.turboquant = kv_cache_dtype if kv_cache_dtype in vt.TURBOQUANT_DTYPES else None
+        self._tq: dict[int, np.ndarray] = {}
+        if self.turboquant:
+            from vtinfer._turboquant import boundary_skip_layers
+
+            skip = {int(x) for x in boundary_skip_layers(c.num_layers)} if turboquant_boundary else set()
+            slot = vt.turboquant_slot_bytes(self.turboquant, c.head_dim)
+            self._tq = {i: np.zeros((num_blocks, block_size, c.num_kv_heads, slot), np.uint8)
+                        for i in range(c.num_layers) if i not in skip}
+            kv_cache_dtype = "float32"
         self.cache = vt.PagedKVCache(num_layers=c.num_layers, num_blocks=num_blocks, block_size=block_size,
                                      num_kv_heads=c.num_kv_heads, head_size=c.head_dim, dtype=kv_cache_dtype,
                                      k_scale=k_scale, v_scale=v_scale)
@@ -460,13 +479,19 @@ class Session:
             if self.observer is not None:
                 self.observer(i, k, v)
             t0 = time.perf_counter()
-            self.cache.store(i, k, v, slots, num_threads=self.num_threads)
-            kd, vd = self._descale[i]
-            o = vt.flash_attn_varlen_func(q, self._kc[i], self._vc[i], cu_seqlens_q=cu, seqused_k=used,
-                                          block_table=table, softmax_scale=D ** -0.5, causal=True,
-                                          window_size=self._window, k_descale=kd, v_descale=vd,
-                                          kv_cache_dtype=self.attn_dtype, num_threads=self.num_threads,
-                                          **self._scale_caches[i])
+            if i in self._tq:
+                vt.turboquant_store(k, v, self._tq[i], slots, self.turboquant)
+                o = vt.turboquant_attention(q, self._tq[i], cu_seqlens_q=cu, seqused_k=used, block_table=table,
+                                            kv_cache_dtype=self.turboquant, softmax_scale=D ** -0.5, causal=True,
+                                            window_size=self._window, num_threads=self.num_threads)
+            else:
+                self.cache.store(i, k, v, slots, num_threads=self.num_threads)
+                kd, vd = self._descale[i]
+                o = vt.flash_attn_varlen_func(q, self._kc[i], self._vc[i], cu_seqlens_q=cu, seqused_k=used,
+                                              block_table=table, softmax_scale=D ** -0.5, causal=True,
+                                              window_size=self._window, k_descale=kd, v_descale=vd,
+                                              kv_cache_dtype=self.attn_dtype, num_threads=self.num_threads,
+                                              **self._scale_caches[i])
             self.attention_s += time.perf_counter() - t0
             x = x + o.reshape(n, H * D) @ L.wo.T
             h = _rmsnorm(x, L.post_norm, eps)
