@@ -12,7 +12,9 @@ package's GGUF, converted on first use and cached) the demo
    calibrated per-layer scales loaded from the checkpoint, with per-head
    scales, and with vLLM 0.33's per-token-head formats (int8, fp8 and int4
    ``_per_token_head``: scales computed at store, one per (token, KV head)),
-   and generates text for a prompt with each;
+   and with vLLM 0.33's four ``turboquant_*`` presets (one packed slot per
+   (token, KV head), scales inside it; vLLM's first / last two layers kept
+   unquantized), and generates text for a prompt with each;
 3. reports top-1 agreement, mean KL and perplexity against the float32 run
    (perplexity with its standard error by batch means over 32-token batches,
    and the ratio to the float32 run's with the paired standard error of that
@@ -152,6 +154,8 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     ]
     # vLLM 0.33's per-token-head formats: scales computed at store, one per (token, KV head)
     runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES]
+    # vLLM 0.33's TurboQuant presets: scales inside each (token, KV head) slot; boundary layers unquantized
+    runs_spec += [(name, "in-slot", 1.0, 1.0) for name in vt.TURBOQUANT_DTYPES]
     samples: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def keep(layer: int, k: np.ndarray, v: np.ndarray) -> None:
@@ -173,9 +177,12 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         if ref_logits is None:
             ref_logits, ref_gen, ref_nll = logits, gen, nll
         acc = compare(ref_logits, logits)
-        sess_bytes = vt.PagedKVCache(num_layers=model.config.num_layers, num_blocks=1, block_size=16,
-                                     num_kv_heads=model.config.num_kv_heads, head_size=model.config.head_dim,
-                                     dtype=dtype).page_bytes // 16
+        if dtype in vt.TURBOQUANT_DTYPES:  # slot layers plus vLLM's boundary layers at the checkpoint dtype
+            sess_bytes = vt.plan_kv_cache(mdir, dtype, 16, num_blocks=1).bytes_per_block // 16
+        else:
+            sess_bytes = vt.PagedKVCache(num_layers=model.config.num_layers, num_blocks=1, block_size=16,
+                                         num_kv_heads=model.config.num_kv_heads, head_size=model.config.head_dim,
+                                         dtype=dtype).page_bytes // 16
         same = next((i for i, (a, b) in enumerate(zip(gen.tokens, ref_gen.tokens)) if a != b), None)
         runs.append({
             "kv_cache_dtype": dtype, "scales": scales, **acc, **perplexity_noise(nll, ref_nll),
