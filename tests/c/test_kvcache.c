@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "vtinfer/kvcache.h"
+#include "vtinfer/turboquant.h"
 #include "vtinfer/vtinfer.h"
 
 static int failures;
@@ -207,11 +208,57 @@ static void test_cache_round_trip(void) {
     vt_kv_cache_free(c);
 }
 
+/* 5. TurboQuant (vt_tq_store / vt_tq_gather): hand-computed k8v4 slot bytes, values read back, and
+ *    refusals that write nothing (a bad slot after good ones, no codebook, D not a power of two). */
+static void test_turboquant(void) {
+    enum { TD = 16, TS = 16 + 8 + 4, TB = 4 };
+    CHECK(vt_dtype_slot_bytes(VT_DTYPE_TQ_K8V4, TD) == TS, "k8v4 slot bytes");
+    CHECK(vt_dtype_slot_bytes(VT_DTYPE_TQ_3BIT_NC, 128) == 102 && vt_dtype_slot_bytes(VT_DTYPE_F32, 128) == 0,
+          "3bit_nc slot bytes / a plain dtype has none");
+    uint8_t cache[TB * TS], before[TB * TS];
+    memset(cache, 0x5A, sizeof cache);
+    float k[2 * TD], v[2 * TD];
+    for (int i = 0; i < 2 * TD; i++) k[i] = 0.0f, v[i] = (float)(i % TD) * 2.0f - 4.0f; /* min -4, scale 2 */
+    k[0] = 1000.0f, k[1] = -1000.0f, k[2] = 17.0f;
+    vt_tq_cache c = {VT_DTYPE_TQ_K8V4, 1, TB, 1, TD, cache, TB * TS, TS, TS, NULL, NULL};
+    int64_t slots[2] = {2, -1};
+    vt_error err;
+    CHECK(vt_tq_store(&c, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, slots, 2, &err) == VT_OK, "store: %s",
+          err.message);
+    const uint8_t *s = cache + 2 * TS;
+    CHECK(s[0] == 0x7E && s[1] == 0xFE && s[2] == 0x58 && s[3] == 0, "e4m3 keys: saturation, tie to even");
+    CHECK(s[16] == 0x10 && s[23] == 0xFE, "value nibbles: element 2j low");
+    CHECK(s[24] == 0x00 && s[25] == 0x40 && s[26] == 0x00 && s[27] == 0xC4, "fp16 scale 2 and zero -4");
+    for (int i = 0; i < TB * TS; i++)
+        if (i < 2 * TS || i >= 3 * TS) CHECK(cache[i] == 0x5A, "byte %d outside the stored slot written", i);
+    float ko[TD], vo[TD];
+    int64_t one = 2;
+    CHECK(vt_tq_gather(&c, &one, 1, ko, vo, &err) == VT_OK && ko[0] == 448.0f && ko[2] == 16.0f && vo[0] == -4.0f &&
+              vo[TD - 1] == 26.0f, "gather");
+    memcpy(before, cache, sizeof cache);
+    int64_t bad[2] = {0, TB};
+    CHECK(vt_tq_store(&c, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, bad, 2, &err) == VT_ERR_INDEX &&
+              strstr(err.message, "slot_mapping[1]") != NULL, "bad slot refused");
+    vt_tq_cache m = c;
+    m.dtype = VT_DTYPE_TQ_4BIT_NC;
+    CHECK(vt_tq_store(&m, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, slots, 2, &err) == VT_ERR_VALUE &&
+              strstr(err.message, "codebook") != NULL, "MSE preset without a codebook refused");
+    m.head_size = 12;
+    CHECK(vt_tq_store(&m, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, slots, 2, &err) == VT_ERR_VALUE &&
+              strstr(err.message, "power of two") != NULL, "D 12 refused for an MSE preset");
+    m = c;
+    m.dtype = VT_DTYPE_INT8_PTH;
+    CHECK(vt_tq_store(&m, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, slots, 2, &err) == VT_ERR_VALUE,
+          "a non-TurboQuant dtype refused");
+    CHECK(memcmp(before, cache, sizeof cache) == 0, "a refused store wrote");
+}
+
 int main(void) {
     if (vt_runtime_init(NULL, NULL) != VT_OK) return 2;
     test_store_against_reference();
     test_geometry();
     test_cache_round_trip();
+    test_turboquant();
     if (failures) {
         fprintf(stderr, "test_kvcache: %d failure(s)\n", failures);
         return 1;
