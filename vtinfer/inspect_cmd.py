@@ -49,7 +49,8 @@ def inspect_checkpoint(model: str, kv_cache_dtype: str = "auto", kv_cache_memory
                             unquantized_layers=skip, **opts)
         per_rank.append(sc)
     per_token_head = res.dtype is not None and vt.dtype_info(res.dtype).scale_kind == "token_head"
-    out["scales"] = {"quantized": quantized, "per_token_head": per_token_head, "messages": msgs,
+    in_slot = res.dtype is not None and vt.dtype_info(res.dtype).scale_kind == "slot"  # TurboQuant
+    out["scales"] = {"quantized": quantized, "per_token_head": per_token_head, "in_slot": in_slot, "messages": msgs,
                      "per_head": res.per_head_scales,
                      "compressed_tensors": opts["compressed_tensors"], "layers": [
         {"layer": s.layer, "k_scale": s.k_scale, "v_scale": s.v_scale, "q_scale": s.q_scale, "origin": s.origin,
@@ -124,6 +125,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if s.get("per_token_head"):  # vLLM's per-token-head formats: scales made at store, none loaded
         print(f"scales           per (token, KV head), computed at store into float32 planes beside the "
               f"{dec['dtype']} codes; checkpoint k_scale / v_scale unused")
+    elif s.get("in_slot"):  # TurboQuant: fp16 value scale / zero and key norm inside each slot
+        print(f"scales           inside each (token, KV head) slot of {dec['dtype']} (fp16 value scale and zero, "
+              "fp16 key norm), computed at store; checkpoint k_scale / v_scale unused")
     else:
         print(f"scales           {'used' if s['quantized'] else 'ignored (unquantized cache)'}"
               f"{' (per KV head, compressed-tensors attn_head)' if s['per_head'] else ''}")

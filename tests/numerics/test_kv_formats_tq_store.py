@@ -343,3 +343,18 @@ def test_store_from_torch_tensors_into_vllms_page_view():
     want = make_cache(fmt, D)
     vt.turboquant_store(k.float().numpy(), v.float().numpy(), want, slots.numpy(), fmt)
     np.testing.assert_array_equal(page.transpose(1, 2).numpy(), want)
+
+
+def test_inspect_names_the_in_slot_scales_and_the_boundary_layers(tmp_path, capsys):
+    import json
+
+    from vtinfer.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 6, "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "head_dim": 64,
+                                                      "torch_dtype": "bfloat16"}))
+    assert main(["inspect", str(tmp_path), "--kv-cache-dtype", "turboquant_k3v4_nc", "--num-blocks", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "scales           inside each (token, KV head) slot of turboquant_k3v4_nc" in out
+    assert "[0, 1, 4, 5] keep the model dtype" in out
+    assert f"2:turboquant_k3v4_nc:{2 * 16 * vt.turboquant_slot_bytes('turboquant_k3v4_nc', 64)}B" in out
