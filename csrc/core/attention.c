@@ -403,8 +403,8 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
     if (!p->q || !p->out || ((!p->k || !p->v) && p->num_blocks > 0))
         return vt_error_set(err, VT_ERR_VALUE, FN ": q, k, v and out must not be NULL");
     make_plan(p, num_threads, &pl, (void *)al, err);
-    vt_attn_tile_fn tile = vt_kernels_active()->attn_tile; /* every tile reads the 8-bit per-token-head caches */
-    if (p->kv_dtype == VT_DTYPE_INT4_PTH) tile = vt_attn_tile_scalar; /* int4: the scalar twin only (Owed) */
+    const vt_kernels *kt = vt_kernels_active(); /* every tile reads the 8-bit per-token-head caches */
+    vt_attn_tile_fn tile = p->kv_dtype == VT_DTYPE_INT4_PTH ? kt->attn_tile_int4 : kt->attn_tile;
     run_ctx ctx = {.p = p, .pl = &pl, .tile = tile};
     atomic_init(&ctx.next, 0);
     int nth = pl.nth;

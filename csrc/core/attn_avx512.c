@@ -65,31 +65,6 @@ T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8ta
     vt512_bf16_split(x, a, b);
 }
 
-/* Fold 16 vectors x[j] into one whose lane j is the sum of x[j]'s lanes. */
-T static AI __m512 reduce16(const float *s) {
-    __m512 y[8], z[4], w[2];
-    VT_UNROLL
-    for (int k = 0; k < 8; k++) {
-        __m512 x0 = _mm512_loadu_ps(s + 32 * k), x1 = _mm512_loadu_ps(s + 32 * k + 16);
-        __m512 p = _mm512_mask_permute_ps(x0, 0xAAAA, x1, _MM_SHUFFLE(2, 3, 0, 1));
-        __m512 q = _mm512_mask_permute_ps(x1, 0x5555, x0, _MM_SHUFFLE(2, 3, 0, 1));
-        y[k] = _mm512_add_ps(p, q);
-    }
-    for (int k = 0; k < 4; k++) {
-        __m512 p = _mm512_mask_permute_ps(y[2 * k], 0xCCCC, y[2 * k + 1], _MM_SHUFFLE(1, 0, 3, 2));
-        __m512 q = _mm512_mask_permute_ps(y[2 * k + 1], 0x3333, y[2 * k], _MM_SHUFFLE(1, 0, 3, 2));
-        z[k] = _mm512_add_ps(p, q);
-    }
-    for (int k = 0; k < 2; k++) {
-        __m512 p = _mm512_mask_shuffle_f32x4(z[2 * k], 0xF0F0, z[2 * k + 1], z[2 * k + 1], _MM_SHUFFLE(2, 3, 0, 1));
-        __m512 q = _mm512_mask_shuffle_f32x4(z[2 * k + 1], 0x0F0F, z[2 * k], z[2 * k], _MM_SHUFFLE(2, 3, 0, 1));
-        w[k] = _mm512_add_ps(p, q);
-    }
-    __m512 p = _mm512_mask_shuffle_f32x4(w[0], 0xFF00, w[1], w[1], _MM_SHUFFLE(1, 0, 3, 2));
-    __m512 q = _mm512_mask_shuffle_f32x4(w[1], 0x00FF, w[0], w[0], _MM_SHUFFLE(1, 0, 3, 2));
-    return _mm512_add_ps(p, q);
-}
-
 /* Partial dot products of R rows (R a constant after inlining) with the nk
  * keys at kp[]: S[(r * 16 + jj) * 16 ...] = 16 lane partials of q_r . K_jj. */
 T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
@@ -297,7 +272,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                 }
                 st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
                 st.slope = p->alibi_slopes ? &p->alibi_slopes[g * G + r % G] : NULL;
-                __m512 e = vt512_row_weights(&st, reduce16(S + (size_t)r * KB * 16), &mg[r], &alpha[r]);
+                __m512 e = vt512_row_weights(&st, vt512_reduce16(S + (size_t)r * KB * 16), &mg[r], &alpha[r]);
                 lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
                 _mm512_storeu_ps(pr, pth ? _mm512_mul_ps(e, vmul) : e); /* V's per-key scale on the weight */
             }

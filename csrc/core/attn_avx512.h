@@ -63,6 +63,32 @@ VT512 __m512 vt512_tanh16(__m512 x) {
     return _mm512_mask_mov_ps(big, use_small, small);
 }
 
+/* Fold the 16 vectors x[j] = s[16 j .. 16 j + 16) into one whose lane j is the sum of x[j]'s lanes
+ * (4 levels of permute + add). */
+VT512 __m512 vt512_reduce16(const float *s) {
+    __m512 y[8], z[4], w[2];
+    _Pragma("GCC unroll 8")
+    for (int k = 0; k < 8; k++) {
+        __m512 x0 = _mm512_loadu_ps(s + 32 * k), x1 = _mm512_loadu_ps(s + 32 * k + 16);
+        __m512 p = _mm512_mask_permute_ps(x0, 0xAAAA, x1, _MM_SHUFFLE(2, 3, 0, 1));
+        __m512 q = _mm512_mask_permute_ps(x1, 0x5555, x0, _MM_SHUFFLE(2, 3, 0, 1));
+        y[k] = _mm512_add_ps(p, q);
+    }
+    for (int k = 0; k < 4; k++) {
+        __m512 p = _mm512_mask_permute_ps(y[2 * k], 0xCCCC, y[2 * k + 1], _MM_SHUFFLE(1, 0, 3, 2));
+        __m512 q = _mm512_mask_permute_ps(y[2 * k + 1], 0x3333, y[2 * k], _MM_SHUFFLE(1, 0, 3, 2));
+        z[k] = _mm512_add_ps(p, q);
+    }
+    for (int k = 0; k < 2; k++) {
+        __m512 p = _mm512_mask_shuffle_f32x4(z[2 * k], 0xF0F0, z[2 * k + 1], z[2 * k + 1], _MM_SHUFFLE(2, 3, 0, 1));
+        __m512 q = _mm512_mask_shuffle_f32x4(z[2 * k + 1], 0x0F0F, z[2 * k], z[2 * k], _MM_SHUFFLE(2, 3, 0, 1));
+        w[k] = _mm512_add_ps(p, q);
+    }
+    __m512 p = _mm512_mask_shuffle_f32x4(w[0], 0xFF00, w[1], w[1], _MM_SHUFFLE(1, 0, 3, 2));
+    __m512 q = _mm512_mask_shuffle_f32x4(w[1], 0x00FF, w[0], w[0], _MM_SHUFFLE(1, 0, 3, 2));
+    return _mm512_add_ps(p, q);
+}
+
 /* Byte offsets (page and in-page, no head) of the keys [j, j + n) of
  * sequence b in K and V, walking the block table without a division per key. */
 static inline void vt_attn_key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n,

@@ -112,6 +112,9 @@ void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *w
                        float *acc);
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
+/* int4_per_token_head on AVX-512 (attn_avx512_int4.c; twin: vt_attn_tile_scalar's int4 path). */
+void vt_attn_tile_avx512_int4(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                              float *acc);
 /* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile
  * where vt_attn_bf16dot_applies, vt_attn_tile_avx512 otherwise. */
 void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
@@ -154,6 +157,21 @@ static inline void vt_attn_key_scales(const vt_attn_params *p, int g, const int6
         memcpy(&vs[jj], vb + vso[jj], 4);
     }
 }
+
+/* int4_per_token_head: a stored scale split into (masked scale, returned; zero point, its low 4 bits). */
+static inline float vt_attn_int4_split(float stored, float *zp) {
+    uint32_t bits;
+    memcpy(&bits, &stored, 4);
+    *zp = (float)(bits & 0xFu);
+    bits &= ~0xFu;
+    float s;
+    memcpy(&s, &bits, 4);
+    return s;
+}
+
+/* int4: vLLM rotates each query row (single_rht, rounded to q's dtype) and reads with softmax_scale / b;
+ * q[0, D) in place (attn_ref.c). */
+void vt_attn_int4_rotate_q(const vt_attn_params *p, float *q, int D);
 
 /* Visible key range [*lo, *hi) of the query at key position pos. */
 static inline void vt_attn_key_range(const vt_attn_params *p, int64_t pos, int64_t k_len, int64_t *lo,

@@ -46,18 +46,7 @@ static void load_int4_row(const uint8_t *src, float zp, float *dst, int n) {
     }
 }
 
-static float int4_split(float stored, float *zp) {
-    uint32_t bits;
-    memcpy(&bits, &stored, 4);
-    *zp = (float)(bits & 0xFu);
-    bits &= ~0xFu;
-    float s;
-    memcpy(&s, &bits, 4);
-    return s;
-}
-
-/* int4: vLLM rotates each query row (single_rht, rounded to q's dtype) and reads with softmax_scale / b. */
-static void int4_rotate_q(const vt_attn_params *p, float *q, int D) {
+void vt_attn_int4_rotate_q(const vt_attn_params *p, float *q, int D) {
     vt_int4_rht(q, D, 0);
     if (p->q_dtype != VT_DTYPE_F32) {
         uint16_t tmp[VT_INT4_RHT_MAX];
@@ -86,7 +75,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + qi) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
         load_row(p->q_dtype, src, qf + r * D, D);
-        if (int4) int4_rotate_q(p, qf + r * D, D);
+        if (int4) vt_attn_int4_rotate_q(p, qf + r * D, D);
         m[r] = -INFINITY;
         l[r] = 0.0f;
         for (int d = 0; d < D; d++) acc[r * D + d] = 0.0f;
@@ -109,8 +98,8 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
         const uint8_t *vrow = vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, g, j);
         if (int4) { /* keys (code - zp) * scale: the zero point off the codes, the masked scale on the logit */
             float kz, vz;
-            ks = int4_split(ks, &kz);
-            vs = int4_split(vs, &vz);
+            ks = vt_attn_int4_split(ks, &kz);
+            vs = vt_attn_int4_split(vs, &vz);
             load_int4_row(krow, kz, kf, D);
             load_int4_row(vrow, vz, vf, D);
         } else {

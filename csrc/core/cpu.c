@@ -16,17 +16,18 @@ static vt_cpu_features features;
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
 
 static const vt_kernels TABLES[] = {
-    {VT_ISA_SCALAR, &vt_codec_scalar, vt_attn_tile_scalar},
+    {VT_ISA_SCALAR, &vt_codec_scalar, vt_attn_tile_scalar, vt_attn_tile_scalar},
 #if VT_X86
-    {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tile_avx2},
-    {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512},
+    {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tile_avx2, vt_attn_tile_scalar}, /* int4 on AVX2: the twin (Owed) */
+    {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512, vt_attn_tile_avx512_int4},
 #endif
 };
 
 #if VT_X86
 /* The AVX-512 table on a CPU with AVX512-BF16: the same codec, the tile
  * that runs grouped bf16 rows on the pair dot product (vdpbf16ps). */
-static const vt_kernels TABLE_AVX512_BF16 = {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512bf16};
+static const vt_kernels TABLE_AVX512_BF16 = {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512bf16,
+                                             vt_attn_tile_avx512_int4};
 #endif
 
 /* NULL until vt_runtime_init (or the first kernel call) chose a table. */

@@ -45,6 +45,7 @@ typedef struct vt_kernels {
     vt_isa isa;
     const vt_codec_kernels *codec;
     vt_attn_tile_fn attn_tile;
+    vt_attn_tile_fn attn_tile_int4; /* int4_per_token_head caches (its own rotation and nibble decode) */
 } vt_kernels;
 
 /* The table of the active ISA (initialising the runtime with the best ISA

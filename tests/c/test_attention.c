@@ -517,6 +517,11 @@ static void test_dispatch_tables(void) {
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want = vt_attn_tile_avx512bf16; /* the pair-dot tile */
 #endif
         CHECK(k->attn_tile == want, "table of %s holds another ISA's attention tile", isa_names[isa]);
+        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: its own tile on AVX-512 */
+#if VT_X86
+        if (isa == VT_ISA_AVX512) want4 = vt_attn_tile_avx512_int4;
+#endif
+        CHECK(k->attn_tile_int4 == want4, "table of %s holds another int4 tile", isa_names[isa]);
         CHECK(k->codec == codecs[isa] && vt_codec_active() == codecs[isa], "table of %s holds another ISA's codec",
               isa_names[isa]);
         for (int s = 0; s < 3; s++)
