@@ -116,6 +116,23 @@ def check_close(ours, lse_ours, args, kw, *, what=""):
     return err, err_naive
 
 
+def shuffled_block_table(rng, k_lens, block_size, *, extra_blocks=3, spare_column=True):
+    """(num_blocks, block_table int32 [B, max_blocks (+1)]): each sequence's
+    blocks drawn from one permutation of num_blocks = its blocks + extra;
+    the unused entries (and the spare column) name the permutation's last
+    block, a real block no sequence owns (poison it to catch reads past a
+    sequence's keys)."""
+    nblk = [max(1, -(-kl // block_size)) for kl in k_lens]
+    NB = sum(nblk) + extra_blocks
+    perm = rng.permutation(NB)
+    bt = np.full((len(k_lens), max(nblk) + (1 if spare_column else 0)), perm[-1], np.int32)
+    o = 0
+    for b, n in enumerate(nblk):
+        bt[b, :n] = perm[o : o + n]
+        o += n
+    return NB, bt
+
+
 def make_case(rng, *, q_lens, k_lens, H, Hkv, D, block_size, q_dtype="float32", kv_cache_dtype="auto",
               kv_float="float32", extra_blocks=3, layout="NHD", kv_scale=1.0):
     """q, k, v, cu_seqlens_q, seqused_k, block_table with shuffled blocks;
@@ -123,17 +140,7 @@ def make_case(rng, *, q_lens, k_lens, H, Hkv, D, block_size, q_dtype="float32", 
     past seqused_k or through a wrong block turns the output NaN."""
     B = len(q_lens)
     T = int(sum(q_lens))
-    nblk = [max(1, -(-kl // block_size)) for kl in k_lens]
-    max_blocks = max(nblk) + 1
-    NB = sum(nblk) + extra_blocks
-    perm = rng.permutation(NB)
-    bt = np.zeros((B, max_blocks), np.int32)
-    # unused table entries point at real (poisoned) blocks
-    bt[:] = perm[-1]
-    o = 0
-    for b in range(B):
-        bt[b, : nblk[b]] = perm[o : o + nblk[b]]
-        o += nblk[b]
+    NB, bt = shuffled_block_table(rng, k_lens, block_size, extra_blocks=extra_blocks)
     q = rng.standard_normal((T, H, D)).astype(np.float32).astype(FLOATS[q_dtype])
     fp8 = kv_cache_dtype in FP8
     shape = (NB, block_size, Hkv, D)

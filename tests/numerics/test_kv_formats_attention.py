@@ -12,21 +12,14 @@ import pytest
 
 import vtinfer as vt
 from tests.numerics import pth_twin
-from tests.numerics.test_attention_oracle import check_close
+from tests.numerics.test_attention_oracle import check_close, shuffled_block_table
 
 FORMATS = ("int8_per_token_head", "fp8_per_token_head")
 
 
 def build(rng, fmt, *, q_lens, k_lens, H, Hkv, D, bs, layout="NHD", q_dtype=np.float32):
     B = len(q_lens)
-    nblk = [max(1, -(-kl // bs)) for kl in k_lens]
-    NB = sum(nblk) + 2
-    perm = rng.permutation(NB)
-    bt = np.full((B, max(nblk) + 1), perm[-1], np.int32)
-    o = 0
-    for b in range(B):
-        bt[b, : nblk[b]] = perm[o : o + nblk[b]]
-        o += nblk[b]
+    NB, bt = shuffled_block_table(rng, k_lens, bs, extra_blocks=2)
     cache = vt.PagedKVCache(1, NB, bs, Hkv, D, fmt, layout=layout)
     cache.k_scale_cache(0)[:] = np.nan  # poison: only stored slots get a real scale
     cache.v_scale_cache(0)[:] = np.nan

@@ -16,6 +16,7 @@ import pytest
 
 import vtinfer as vt
 from tests.numerics import int4_twin
+from tests.numerics.test_attention_oracle import shuffled_block_table
 
 FMT = "int4_per_token_head"
 SRC = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -213,16 +214,10 @@ def reference(q, kdq, vdq, cu, sk, bt, d, q_dtype, dt, **kw):
 
 
 def read_case(rng, d, H, hkv, q_lens, k_lens, *, q_dtype="float32", bs=16):
-    nb = sum(-(-k // bs) for k in k_lens) + 2
+    nb = sum(max(1, -(-k // bs)) for k in k_lens) + 2
     page, kc, vc, ks, vs = caches(nb, bs, hkv, d)  # unused slots keep scale NaN: a wrong read turns NaN
-    perm = rng.permutation(nb)
-    mb = max(-(-k // bs) for k in k_lens)
-    bt = np.full((len(k_lens), mb), perm[-1], np.int32)
-    o = 0
+    nb, bt = shuffled_block_table(rng, k_lens, bs, extra_blocks=2, spare_column=False)
     for i, kl in enumerate(k_lens):
-        n = -(-kl // bs)
-        bt[i, :n] = perm[o:o + n]
-        o += n
         j = np.arange(kl)
         slots = bt[i, j // bs].astype(np.int64) * bs + j % bs
         store(rows(rng, kl, hkv, d), rows(rng, kl, hkv, d), kc, vc, ks, vs, slots)

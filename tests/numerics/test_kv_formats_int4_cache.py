@@ -16,6 +16,7 @@ import pytest
 import vtinfer as vt
 from tests.numerics import int4_twin
 from tests.numerics.test_kv_formats_int4 import _hadamard64, caches, reference, rows, store
+from tests.numerics.test_attention_oracle import shuffled_block_table
 
 FMT = "int4_per_token_head"
 SRC = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
@@ -144,19 +145,13 @@ def test_gather_rotates_back_to_the_stored_basis(isa, d, layout):
 
 def cache_case(rng, d, H, hkv, q_lens, k_lens, layout, q_dtype="float32", bs=16):
     """A cache and vLLM's padded page holding the same tokens; unused scales NaN in both (a wrong read turns NaN)."""
-    nb = sum(-(-k // bs) for k in k_lens) + 2
+    nb = sum(max(1, -(-k // bs)) for k in k_lens) + 2
     cache = vt.PagedKVCache(1, nb, bs, hkv, d, FMT, layout=layout)
     cache.k_scale_cache(0)[:] = np.nan
     cache.v_scale_cache(0)[:] = np.nan
     page, kc, vc, ks, vs = caches(nb, bs, hkv, d)
-    perm = rng.permutation(nb)
-    mb = max(-(-k // bs) for k in k_lens)
-    bt = np.full((len(k_lens), mb), perm[-1], np.int32)
-    o = 0
+    nb, bt = shuffled_block_table(rng, k_lens, bs, extra_blocks=2, spare_column=False)
     for i, kl in enumerate(k_lens):
-        n = -(-kl // bs)
-        bt[i, :n] = perm[o:o + n]
-        o += n
         j = np.arange(kl)
         slots = bt[i, j // bs].astype(np.int64) * bs + j % bs
         k, v = rows(rng, kl, hkv, d), rows(rng, kl, hkv, d)

@@ -14,20 +14,13 @@ import pytest
 
 import vtinfer as vt
 from tests.numerics import tq_twin
-from tests.numerics.test_attention_oracle import FLOATS, check_close
+from tests.numerics.test_attention_oracle import FLOATS, check_close, shuffled_block_table
 from tests.numerics.test_kv_formats_tq_store import twin_codebook
 
 
 def build(rng, fmt, D, *, q_lens, k_lens, H, Hkv, bs=16, q_dtype="float32"):
     B = len(q_lens)
-    nblk = [max(1, -(-kl // bs)) for kl in k_lens]
-    NB = sum(nblk) + 2
-    perm = rng.permutation(NB)
-    bt = np.full((B, max(nblk) + 1), perm[-1], np.int32)
-    o = 0
-    for b in range(B):
-        bt[b, : nblk[b]] = perm[o: o + nblk[b]]
-        o += nblk[b]
+    NB, bt = shuffled_block_table(rng, k_lens, bs, extra_blocks=2)
     cache = np.full((NB, bs, Hkv, vt.turboquant_slot_bytes(fmt, D)), 0x5A, np.uint8)
     used = np.zeros(NB * bs, bool)
     for b in range(B):
