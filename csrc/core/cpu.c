@@ -33,13 +33,23 @@ static const vt_kernels TABLE_AVX512_BF16 = {VT_ISA_AVX512, &vt_codec_avx512, vt
 /* NULL until vt_runtime_init (or the first kernel call) chose a table. */
 static _Atomic(const vt_kernels *) active;
 
+const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16) {
+    if ((int)isa < VT_ISA_SCALAR || (int)isa >= (int)(sizeof TABLES / sizeof TABLES[0])) return NULL;
+#if VT_X86
+    if (isa == VT_ISA_AVX512 && avx512bf16) return &TABLE_AVX512_BF16;
+#else
+    (void)avx512bf16;
+#endif
+    return &TABLES[isa];
+}
+
 static void publish(vt_isa isa) {
     /* the caller checked isa <= vt_isa_best(), which is VT_ISA_SCALAR off x86 */
-    const vt_kernels *k = &TABLES[isa];
+    int bf16 = 0;
 #if VT_X86
-    if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) k = &TABLE_AVX512_BF16;
+    bf16 = vt_cpu_get()->avx512bf16;
 #endif
-    atomic_store_explicit(&active, k, memory_order_release);
+    atomic_store_explicit(&active, vt_kernels_table(isa, bf16), memory_order_release);
 }
 
 const vt_kernels *vt_kernels_active(void) {

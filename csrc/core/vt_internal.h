@@ -51,6 +51,9 @@ typedef struct vt_kernels {
 /* The table of the active ISA (initialising the runtime with the best ISA
  * on first use). Never NULL; tables are never modified or freed. */
 const vt_kernels *vt_kernels_active(void);
+/* The table that isa selects on a CPU with (avx512bf16 = 1) or without AVX512-BF16, whatever this CPU
+ * has (so a test checks both AVX-512 tables); NULL for an isa this build has no table for. */
+const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16);
 
 /* The per-token-head store (kv_store_pth.c), called by vt_kv_store_check / vt_kv_store. */
 struct vt_kv_store_params;

@@ -530,6 +530,18 @@ static void test_dispatch_tables(void) {
             for (int d = 0; d < 3; d++)
                 CHECK(k->codec->quant[d][f] && k->codec->dequant[f][d], "%s fp8 kernel NULL", isa_names[isa]);
     }
+    /* every table by its own ISA, whichever AVX-512 table this CPU selects */
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        CHECK(vt_kernels_table(VT_ISA_SCALAR, bf16)->attn_tile == vt_attn_tile_scalar, "scalar table's tile");
+#if VT_X86
+        const vt_kernels *a2 = vt_kernels_table(VT_ISA_AVX2, bf16), *a5 = vt_kernels_table(VT_ISA_AVX512, bf16);
+        CHECK(a2->attn_tile == vt_attn_tile_avx2 && a2->codec == &vt_codec_avx2, "AVX2 table (bf16 %d)", bf16);
+        CHECK(a5->attn_tile == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) && a5->codec == &vt_codec_avx512 &&
+                  a5->attn_tile_int4 == vt_attn_tile_avx512_int4 && a5->isa == VT_ISA_AVX512,
+              "AVX-512 table (bf16 %d) holds another tile", bf16);
+#endif
+    }
+    CHECK(vt_kernels_table((vt_isa)99, 0) == NULL, "no table for an unknown isa");
     /* the pair-dot tile's reach within that table's tile: bf16 q with >= 4 rows per group over a
      * bf16 cache, an fp8 cache or an int8 / fp8 per-token-head cache; the fp32 tile otherwise */
     static const vt_dtype dot_kv[] = {VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
