@@ -1,5 +1,6 @@
 /* AVX512-BF16 attention tile for grouped rows (bf16 q; bf16, fp8 or int8 /
- * fp8 per-token-head cache; >= 4 rows per KV-head group): the rows of a group against a block of 16
+ * fp8 / int4 per-token-head cache (int4: q rotated, nibbles minus the zero point, the output
+ * rotated back); >= 4 rows per KV-head group): the rows of a group against a block of 16
  * keys as a small matrix product on the pair dot product vdpbf16ps.
  *
  * Per block and KV head, the 16 K rows are decoded to bf16 once (fp8 by
@@ -35,9 +36,22 @@
  * elements 8L + 4 + m in the high one's. */
 static inline int pv_pos(int e) { return ((e >> 2) & 1) * 16 + (e >> 3) * 4 + (e & 3); }
 
-/* 32 elements (lanes outside m read 0) of a bf16, fp8 or int8 row as 32 bf16 values, in order. */
-TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb) {
+/* 32 elements (lanes outside m read 0) of a bf16, fp8, int8 or int4 row as 32 bf16 values, in order
+ * (int4: the 16 bytes at src, element 2i the low nibble of byte i, minus the zero point zp). */
+TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, float zp) {
     if (dt == VT_DTYPE_BF16) return _mm512_maskz_loadu_epi16(m, src);
+    if (dt == VT_DTYPE_INT4_PTH) { /* code - zp in -15..15: exact in bf16 */
+        const int nb = __builtin_popcount((unsigned)m) / 2; /* m: the chunk's first elements; 2 per byte */
+        const __mmask16 mb = nb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nb) - 1u);
+        const __m256i w = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mb, src));
+        /* each 16-bit lane (byte b) -> bytes (b & 0xF, b >> 4): the 32 codes in element order */
+        const __m256i c = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0xF)),
+                                          _mm256_slli_epi16(_mm256_srli_epi16(w, 4), 8));
+        const __m512 z = _mm512_set1_ps(zp);
+        const __m512 lo = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c))), z);
+        const __m512 hi = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c, 1))), z);
+        return _mm512_maskz_mov_epi16(m, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)); /* past D: 0, not -zp */
+    }
     if (dt == VT_DTYPE_INT8_PTH) { /* |code| <= 128: exact in float32 and in bf16 */
         const __m256i x = _mm256_maskz_loadu_epi8(m, src);
         const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x)));
@@ -78,14 +92,15 @@ TB static AI void tr16x16(__m512i r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* Kt[c * 16 + i] (i < 16) = pair c * 16 + i of the nk keys at kp[] (keys past nk, elements past D: 0). */
-TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *kp, int nk, int D, int esz,
-                        int NC, __m512i *Kt) {
+/* Kt[c * 16 + i] (i < 16) = pair c * 16 + i of the nk keys at kp[] (keys past nk, elements past D: 0);
+ * cb bytes per 32-element chunk; zp the keys' int4 zero points (0 for other dtypes). */
+TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *kp, int nk, int D, int cb,
+                        const float *zp, int NC, __m512i *Kt) {
     for (int c = 0; c < NC; c++) {
         __m512i r[16];
         const __mmask32 mk = vt512_chunk_mask(D, c);
         for (int jj = 0; jj < KB; jj++)
-            r[jj] = jj < nk ? ld32(dt, kp[jj] + (size_t)c * 32 * esz, mk, tb) : _mm512_setzero_si512();
+            r[jj] = jj < nk ? ld32(dt, kp[jj] + (size_t)c * cb, mk, tb, zp[jj]) : _mm512_setzero_si512();
         tr16x16(r);
         VT_UNROLL
         for (int i = 0; i < 16; i++) _mm512_storeu_si512(Kt + c * 16 + i, r[i]);
@@ -93,14 +108,15 @@ TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *cons
 }
 
 /* Vt[k * NVt + 2c (+1)] = keys 2k and 2k + 1 of vp[] interleaved, chunk c (low / high halves, pv_pos order). */
-TB static void build_vt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *vp, int nk, int D, int esz,
-                        int NC, __m512i *Vt) {
+TB static void build_vt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *vp, int nk, int D, int cb,
+                        const float *zp, int NC, __m512i *Vt) {
     const int NVt = 2 * NC;
     for (int k = 0; 2 * k < nk; k++)
         for (int c = 0; c < NC; c++) {
             const __mmask32 mk = vt512_chunk_mask(D, c);
-            __m512i x = ld32(dt, vp[2 * k] + (size_t)c * 32 * esz, mk, tb);
-            __m512i y = 2 * k + 1 < nk ? ld32(dt, vp[2 * k + 1] + (size_t)c * 32 * esz, mk, tb) : _mm512_setzero_si512();
+            __m512i x = ld32(dt, vp[2 * k] + (size_t)c * cb, mk, tb, zp[2 * k]);
+            __m512i y = 2 * k + 1 < nk ? ld32(dt, vp[2 * k + 1] + (size_t)c * cb, mk, tb, zp[2 * k + 1])
+                                       : _mm512_setzero_si512();
             _mm512_storeu_si512(Vt + k * NVt + 2 * c, _mm512_unpacklo_epi16(x, y));
             _mm512_storeu_si512(Vt + k * NVt + 2 * c + 1, _mm512_unpackhi_epi16(x, y));
         }
@@ -207,15 +223,19 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
                                 float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int rg = (int)(it->nq * G); /* rows per group */
+    const int int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
     if (!vt_attn_bf16dot_applies(p, rg)) {
-        vt_attn_tile_avx512(p, it, work, m, l, acc);
+        if (int4) vt_attn_tile_avx512_int4(p, it, work, m, l, acc);
+        else vt_attn_tile_avx512(p, it, work, m, l, acc);
         return;
     }
     const int rows = rg * it->ng;
     const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* int4: the rotation's norm (H H = b I) */
     const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype; /* the codes' dtype */
     const int split = vt_attn_bf16dot_split(p);
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    const int cb = int4 ? 16 : 32 * esz, row_bytes = int4 ? D / 2 : D * esz; /* bytes per chunk / row */
     const int Dp = (D + 31) / 32 * 32, Dh = Dp / 2, NC = Dp / 32, NVt = Dp / 16;
     /* work (fits vt_attn_work_floats): Kt and Vt first (64-byte multiples), then q pairs, accumulators, logits */
     __m512i *Kt = (__m512i *)(void *)work;                 /* Dh x 16 dwords */
@@ -235,7 +255,19 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
                              (int64_t)h * p->q_stride_head;
         uint32_t *qr = qb + (size_t)r * Dh;
         memset(qr, 0, (size_t)Dh * 4);
-        memcpy(qr, src, (size_t)D * 2);
+        if (int4) { /* rotated once per row, rounded to bf16 (exact back to bf16 bits); acc as scratch */
+            float *t = acc + (size_t)r * D;
+            for (int d = 0; d < D; d++) {
+                uint16_t u;
+                memcpy(&u, src + 2 * d, 2);
+                t[d] = vt_bf16_to_f32(u);
+            }
+            vt_attn_int4_rotate_q(p, t, D);
+            uint16_t *qh = (uint16_t *)(void *)qr;
+            for (int d = 0; d < D; d++) qh[d] = vt_bf16_from_f32(t[d]);
+        } else {
+            memcpy(qr, src, (size_t)D * 2);
+        }
         memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -245,7 +277,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     int64_t ko[KB], vo[KB], pko[KB], pvo[KB], kso[KB], vso[KB];
-    _Alignas(64) float kscale[KB], vscale[KB];
+    _Alignas(64) float kscale[KB], vscale[KB], kz[KB] = {0}, vz[KB] = {0};
     __m512 vmul = _mm512_set1_ps(1.0f);
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
@@ -265,23 +297,26 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
-            if (np) vt512_prefetch_rows(p, g, 1, pko, pvo, np, D * esz, 1);
+            if (np) vt512_prefetch_rows(p, g, 1, pko, pvo, np, row_bytes, 1);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
             float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
             const uint32_t *qg = qb + (size_t)gi * rg * Dh;
-            vt512_row_step st = {.mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g)), .cap = cap,
+            vt512_row_step st = {.mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g) / b4), .cap = cap,
                                  .inv_cap = inv_cap, .j0 = j0, .valid = valid};
             if (pth) {
                 vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
+                if (int4) /* stored scale -> (masked scale, zero point) */
+                    for (int jj = 0; jj < KB; jj++)
+                        kscale[jj] = vt_attn_int4_split(kscale[jj], &kz[jj]), vscale[jj] = vt_attn_int4_split(vscale[jj], &vz[jj]);
                 st.mul = _mm512_mul_ps(st.mul, _mm512_load_ps(kscale)); /* mul * ks_j, per key lane */
                 vmul = _mm512_load_ps(vscale);
             }
-            build_kt(dt, &tb, kp, nk, D, esz, NC, Kt);
+            build_kt(dt, &tb, kp, nk, D, cb, kz, NC, Kt);
             for (int r0 = 0; r0 < rg; r0 += 8)
                 qk_group(rg - r0 < 8 ? rg - r0 : 8, qg + (size_t)r0 * Dh, Dh, Kt, S + (size_t)r0 * KB);
-            build_vt(dt, &tb, vp, nk, D, esz, NC, Vt);
+            build_vt(dt, &tb, vp, nk, D, cb, vz, NC, Vt);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;
                 alpha[r] = 1.0f;
@@ -318,8 +353,14 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
             }
         }
     }
-    for (int r = 0; r < rows; r++)
-        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / 32) * 32 + pv_pos(d % 32)];
+    for (int r = 0; r < rows; r++) {
+        float *o = acc + (size_t)r * D;
+        for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / 32) * 32 + pv_pos(d % 32)];
+        if (int4) { /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
+            vt_int4_rht(o, D, 1);
+            for (int d = 0; d < D; d++) o[d] /= b4;
+        }
+    }
 }
 
 #endif /* VT_X86 */

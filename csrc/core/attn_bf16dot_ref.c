@@ -16,8 +16,16 @@ static float bf16_value(const uint8_t *src) {
     return ftz(vt_bf16_to_f32(h));
 }
 
-/* n elements of a bf16 / fp8 / int8 row as float32 (exact; FTZ as the hardware's input). */
-static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
+/* n elements of a bf16 / fp8 / int8 / int4 row as float32 (exact; FTZ as the hardware's input); int4:
+ * the codes minus the zero point zp (byte i: element 2i in the low nibble, 2i + 1 in the high one). */
+static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n, float zp) {
+    if (dt == VT_DTYPE_INT4_PTH) {
+        for (int i = 0; i < n; i += 2) {
+            dst[i] = (float)(src[i / 2] & 0xFu) - zp;
+            dst[i + 1] = (float)(src[i / 2] >> 4) - zp;
+        }
+        return;
+    }
     if (dt == VT_DTYPE_INT8_PTH) {
         for (int i = 0; i < n; i++) dst[i] = (float)(int8_t)src[i];
         return;
@@ -37,7 +45,9 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
                        float *acc) {
     const int D = p->head_size, Dq = (D + 1) & ~1, G = p->num_heads / p->num_kv_heads;
     const int64_t rows = it->nq * G;
-    const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    const int pth = vt_dtype_per_token_head(p->kv_dtype), int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
+    const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* int4: the rotation's norm (H H = b I) */
+    float kz[KB], vz[KB];                /* int4: the block's zero points */
     const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype; /* the codes' dtype */
     float ks[KB], vs[KB];                /* the block's per-token-head scales (1: other dtypes) */
     int64_t kso[KB], vso[KB];
@@ -51,6 +61,15 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + r / G) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
         for (int d = 0; d < Dq; d++) qf[r * Dq + d] = d < D ? bf16_value(src + 2 * d) : 0.0f;
+        if (int4) { /* rotated (from the unflushed bf16 values) and rounded to bf16, then the hardware's DAZ */
+            for (int d = 0; d < D; d++) {
+                uint16_t u;
+                memcpy(&u, src + 2 * d, 2);
+                qf[r * Dq + d] = vt_bf16_to_f32(u);
+            }
+            vt_attn_int4_rotate_q(p, qf + r * Dq, D);
+            for (int d = 0; d < D; d++) qf[r * Dq + d] = ftz(qf[r * Dq + d]);
+        }
         m[r] = -INFINITY;
         l[r] = 0.0f;
         for (int d = 0; d < D; d++) acc[r * D + d] = 0.0f;
@@ -58,7 +77,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = it->k_len - it->q_len;
     for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
-    const float mul = vt_attn_logit_mul(p, it->b, g), cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    const float mul = vt_attn_logit_mul(p, it->b, g) / b4, cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         const int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
         for (int jj = 0; jj < KB; jj++) ks[jj] = vs[jj] = 1.0f;
@@ -66,13 +85,17 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso);
             vt_attn_key_scales(p, g, kso, vso, nk, KB, ks, vs);
         }
+        for (int jj = 0; jj < KB; jj++) { /* int4: stored scale -> (masked scale, zero point) */
+            kz[jj] = vz[jj] = 0.0f;
+            if (int4) ks[jj] = vt_attn_int4_split(ks[jj], &kz[jj]), vs[jj] = vt_attn_int4_split(vs[jj], &vz[jj]);
+        }
         for (int jj = 0; jj < nk; jj++) {
             float *kr = kf + jj * Dq;
             load_row(dt, vt_attn_row(p, p->k, p->k_stride_block, p->k_stride_tok, p->k_stride_head, it->b, g, j0 + jj),
-                     kr, D);
+                     kr, D, kz[jj]);
             if (Dq > D) kr[D] = 0.0f;
             load_row(dt, vt_attn_row(p, p->v, p->v_stride_block, p->v_stride_tok, p->v_stride_head, it->b, g, j0 + jj),
-                     vf + jj * D, D);
+                     vf + jj * D, D, vz[jj]);
         }
         for (int64_t r = 0; r < rows; r++) {
             const int64_t qi = r / G, pos = base + it->q0 + qi;
@@ -133,12 +156,17 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             }
         }
     }
+    if (int4) /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
+        for (int64_t r = 0; r < rows; r++) {
+            vt_int4_rht(acc + r * D, D, 1);
+            for (int d = 0; d < D; d++) acc[r * D + d] /= b4;
+        }
 }
 
 void vt_attn_tile_bf16dot_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                                  float *acc) {
     const int64_t rg = it->nq * (p->num_heads / p->num_kv_heads); /* rows per group */
-    if (!vt_attn_bf16dot_applies(p, rg)) {
+    if (!vt_attn_bf16dot_applies(p, rg)) { /* (int4 too: the scalar table's int4 tile is this one) */
         vt_attn_tile_scalar(p, it, work, m, l, acc);
         return;
     }

@@ -59,7 +59,7 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
 
 /* The pair-dot (bf16 dot product) tile: grouped rows against a key tile held
  * once per block, for bf16 queries over bf16, fp8 (e4m3fn, e5m2) or int8 /
- * fp8 per-token-head caches when a group has at least 4 rows (GQA >= 4
+ * fp8 / int4 per-token-head caches when a group has at least 4 rows (GQA >= 4
  * decode, or a prefill tile);
  * everything else runs the fp32 tile of the same ISA. Arithmetic (the SIMD
  * kernel, attn_avx512bf16.c, and its scalar twin, attn_bf16dot_ref.c):
@@ -87,12 +87,20 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
  * magnitude varies per token that failed the 2x rule (1.04x at GQA 4-16,
  * k_len 600, bf16 caches alike); the split is as exact as float32 weights
  * (0.50x, the fp32 tile's). The scales are read once per block of 16 keys
- * (the block table walked once for all KV heads) and KV head. */
+ * (the block table walked once for all KV heads) and KV head.
+ * int4_per_token_head (codes 0..15 minus the key's zero point, -15..15, exact in bf16): each
+ * query row is rotated once (vt_attn_int4_rotate_q: vLLM's single_rht, rounded to bf16) before
+ * its pairs are formed; the nibbles unpack in natural order (byte i: element 2i low, 2i + 1
+ * high) minus the zero point (the stored scale's low 4 bits, vt_attn_int4_split) into the key
+ * tile and the V pairs; ks_j / vs_j are the masked scales and the logit multiplier is
+ * (mul / b) * ks_j (b the rotation block); the split weights as above; each tile's accumulator
+ * is rotated back (s ⊙ (H acc) / b, linear, so before the split-KV merge), as the fp32 int4
+ * tile and its twin do. Elsewhere (float32 / float16 q, < 4 rows) int4 runs the int4 fp32 tile. */
 static inline int vt_attn_bf16dot_applies(const vt_attn_params *p, int64_t rows_per_group) {
     const int dt = p->kv_dtype;
     return p->q_dtype == VT_DTYPE_BF16 && rows_per_group >= 4 &&
            (dt == VT_DTYPE_BF16 || dt == VT_DTYPE_FP8_E4M3 || dt == VT_DTYPE_FP8_E5M2 || dt == VT_DTYPE_INT8_PTH ||
-            dt == VT_DTYPE_FP8_PTH);
+            dt == VT_DTYPE_FP8_PTH || dt == VT_DTYPE_INT4_PTH);
 }
 /* Whether the pair-dot tile splits each P V weight w into bf16 hi = bf16(w) and lo = bf16(w - hi)
  * (two pair dots per key pair, ~16 significant bits; see vt_attn_bf16dot_applies): for the
@@ -115,8 +123,8 @@ void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float 
 /* int4_per_token_head on AVX-512 (attn_avx512_int4.c; twin: vt_attn_tile_scalar's int4 path). */
 void vt_attn_tile_avx512_int4(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                               float *acc);
-/* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile
- * where vt_attn_bf16dot_applies, vt_attn_tile_avx512 otherwise. */
+/* The AVX-512 table's tile (and its int4 tile) on a CPU with AVX512-BF16: the pair-dot tile
+ * where vt_attn_bf16dot_applies, vt_attn_tile_avx512 (int4: vt_attn_tile_avx512_int4) otherwise. */
 void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                              float *acc);
 #endif

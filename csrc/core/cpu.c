@@ -27,7 +27,7 @@ static const vt_kernels TABLES[] = {
 /* The AVX-512 table on a CPU with AVX512-BF16: the same codec, the tile
  * that runs grouped bf16 rows on the pair dot product (vdpbf16ps). */
 static const vt_kernels TABLE_AVX512_BF16 = {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512bf16,
-                                             vt_attn_tile_avx512_int4};
+                                             vt_attn_tile_avx512bf16}; /* int4: pair dots for bf16 q, >= 4 rows */
 #endif
 
 /* NULL until vt_runtime_init (or the first kernel call) chose a table. */

@@ -105,6 +105,51 @@ static void put_nan(vt_dtype dt, unsigned char *p) {
     else *p = 0x7F;
 }
 
+/* int4_per_token_head, written here from vLLM's rules: element d of a packed row (even d: the low
+ * nibble of byte d / 2), the stored scale's zero point (low 4 bits) and its scale (those bits cleared). */
+static double dec_int4(const unsigned char *row, int d) { return (row[d / 2] >> (4 * (d & 1))) & 0xF; }
+static float with_zp(float s, unsigned zp) {
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    u = (u & ~0xFu) | (zp & 0xFu);
+    memcpy(&s, &u, 4);
+    return s;
+}
+static double zero_point(float s) {
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    return (double)(u & 0xFu);
+}
+static double masked_scale(float s) { return with_zp(s, 0); }
+
+/* The rotation's signs s_i: the library's table, read through its own rotation of unit vectors (H's
+ * first row is all ones, so element 0 of H (s ⊙ e_i) is s_i); a sign is a draw from torch, not arithmetic. */
+static double rht_sign(int i, int b) {
+    float x[VT_INT4_RHT_MAX];
+    memset(x, 0, sizeof(float) * (size_t)b);
+    x[i] = 1.0f;
+    vt_int4_rht(x, b, 0);
+    return x[0];
+}
+
+/* x[0, D) in place, per block of b: forward H_b (s ⊙ x), inverse s ⊙ (H_b x) / b; H_b Sylvester's
+ * unnormalized Hadamard matrix, H[i][j] = (-1)^popcount(i & j), as an explicit float64 product. */
+static void rotate_f64(double *x, int D, int b, int inverse) {
+    double y[VT_INT4_RHT_MAX], sg[VT_INT4_RHT_MAX];
+    for (int i = 0; i < b; i++) sg[i] = rht_sign(i, b);
+    for (int o = 0; o < D; o += b) {
+        for (int i = 0; i < b; i++) {
+            double t = 0;
+            for (int j = 0; j < b; j++) {
+                double xj = inverse ? x[o + j] : sg[j] * x[o + j];
+                t += (__builtin_popcount((unsigned)(i & j)) & 1) ? -xj : xj;
+            }
+            y[i] = inverse ? sg[i] * t / b : t;
+        }
+        memcpy(x + o, y, sizeof(double) * (size_t)b);
+    }
+}
+
 /* ---- one problem: a mixed batch over a paged NHD cache ---- */
 
 enum { BATCH = 4, MAXB = 160 };
@@ -116,7 +161,7 @@ typedef struct problem {
     float softcap;
     int alibi, sink, descale;
     int q_bf16; /* q values on the bf16 grid (the pair-dot tile's input) */
-    size_t es;
+    size_t es, rb; /* bytes per element (int4: 1, two codes) and per head row (int4: D / 2) */
     unsigned char *k, *v;
     float *ks, *vs; /* per-token-head caches: scales [nb, bs, Hkv] (NaN in slots no sequence uses); else NULL */
     float *q;
@@ -141,14 +186,18 @@ static void problem_options(problem *pb, int opt, int d0) {
 
 static void problem_make(problem *pb) {
     const int H = pb->H, Hkv = pb->Hkv, D = pb->D, bs = pb->bs;
+    const int int4 = pb->kv == VT_DTYPE_INT4_PTH;
     pb->es = vt_dtype_get(pb->kv)->elem_bytes;
+    pb->rb = int4 ? (size_t)D / 2 : (size_t)D * pb->es;
     int need = 0;
     for (int b = 0; b < BATCH; b++) need += (KL[b] + bs - 1) / bs;
     pb->nb = need + 3;
-    size_t cb = (size_t)pb->nb * bs * Hkv * D * pb->es;
+    size_t cb = (size_t)pb->nb * bs * Hkv * pb->rb;
     pb->k = malloc(cb);
     pb->v = malloc(cb);
-    for (size_t i = 0; i < cb / pb->es; i++) put_nan(pb->kv, pb->k + i * pb->es), put_nan(pb->kv, pb->v + i * pb->es);
+    if (int4) memset(pb->k, 0xFF, cb), memset(pb->v, 0xFF, cb); /* (no NaN code: the unused slots' scales are NaN) */
+    else
+        for (size_t i = 0; i < cb / pb->es; i++) put_nan(pb->kv, pb->k + i * pb->es), put_nan(pb->kv, pb->v + i * pb->es);
     const int pth = vt_dtype_per_token_head(pb->kv);
     const size_t ns = (size_t)pb->nb * bs * Hkv;
     if (pth) {
@@ -176,10 +225,22 @@ static void problem_make(problem *pb) {
                 size_t so = ((size_t)page * bs + off) * Hkv + g;
                 pb->ks[so] = 0.05f * (0.5f + (float)urand()) * (float)(1 << (int)(urand() * 4));
                 pb->vs[so] = 0.05f * (0.5f + (float)urand()) * (float)(1 << (int)(urand() * 4));
+                if (int4) { /* the zero point (0..15) in the stored scale's low 4 bits */
+                    pb->ks[so] = with_zp(pb->ks[so], (unsigned)(urand() * 16));
+                    pb->vs[so] = with_zp(pb->vs[so], (unsigned)(urand() * 16));
+                }
+            }
+            if (int4) { /* random nibbles */
+                for (int g = 0; g < Hkv; g++)
+                    for (size_t i = 0; i < pb->rb; i++) {
+                        size_t o = (((size_t)page * bs + off) * Hkv + g) * pb->rb + i;
+                        pb->k[o] = (unsigned char)(urand() * 256), pb->v[o] = (unsigned char)(urand() * 256);
+                    }
+                continue;
             }
             for (int g = 0; g < Hkv; g++)
                 for (int d = 0; d < D; d++) {
-                    size_t o = ((((size_t)page * bs + off) * Hkv + g) * D + d) * pb->es;
+                    size_t o = (((size_t)page * bs + off) * Hkv + g) * pb->rb + (size_t)d * pb->es;
                     float kx = nrand(), vx = nrand();
                     if (vt_dtype_get(pb->kv)->elem_bytes == 1) kx *= 20.0f, vx *= 20.0f; /* spread over the fp8 grid */
                     enc_elem(pb->kv, kx, pb->k + o);
@@ -193,12 +254,23 @@ static void problem_make(problem *pb) {
     for (int i = 0; i < T * H * D; i++) pb->q[i] = nrand();
     if (pb->q_bf16)
         for (int i = 0; i < T * H * D; i++) pb->q[i] = vt_bf16_to_f32(vt_bf16_from_f32(pb->q[i]));
+    /* int4: the reference reads with q rotated (vLLM's single_rht: H_b (s ⊙ q) per block of b, in float64 here,
+     * rounded to q's bf16 grid), softmax_scale / b, keys and values (code - zp) * masked scale, and rotates
+     * the output back (s ⊙ (H_b o) / b) */
+    const int b4 = int4 ? D & -D : 1;
+    double *qref = malloc(sizeof(double) * (size_t)T * H * D);
+    for (int i = 0; i < T * H * D; i++) qref[i] = pb->q[i];
+    if (int4)
+        for (int i = 0; i < T * H; i++) {
+            rotate_f64(qref + (size_t)i * D, D, b4, 0);
+            for (int d = 0; d < D; d++) qref[(size_t)i * D + d] = vt_bf16_to_f32(vt_bf16_from_f32((float)qref[(size_t)i * D + d]));
+        }
     for (int h = 0; h < H; h++) pb->slopes[h] = 0.05f * (float)(h + 1), pb->sinks[h] = 0.5f * (float)h - 1.0f;
     for (int i = 0; i < BATCH * Hkv; i++) pb->kd[i] = 0.5f + (float)urand(), pb->vd[i] = 0.5f + (float)urand();
     /* float64 reference */
     pb->ref = calloc((size_t)T * H * D, sizeof(double));
     pb->ref_lse = calloc((size_t)T * H, sizeof(double));
-    const double scale = 1.0 / sqrt((double)D);
+    const double scale = 1.0 / sqrt((double)D) / b4;
     const int G = H / Hkv;
     double *s = malloc(sizeof(double) * 1024);
     for (int b = 0; b < BATCH; b++)
@@ -217,9 +289,12 @@ static void problem_make(problem *pb) {
                         continue;
                     }
                     int page = pb->bt[b * MAXB + j / bs], off = j % bs;
-                    const unsigned char *kr = pb->k + ((((size_t)page * bs + off) * Hkv + g) * D) * pb->es;
-                    double dot = 0, ksj = pth ? pb->ks[((size_t)page * bs + off) * Hkv + g] : 1.0;
-                    for (int d = 0; d < D; d++) dot += (double)pb->q[((size_t)tok * H + h) * D + d] * dec_elem(pb->kv, kr + d * pb->es);
+                    const unsigned char *kr = pb->k + (((size_t)page * bs + off) * Hkv + g) * pb->rb;
+                    const float kst = pth ? pb->ks[((size_t)page * bs + off) * Hkv + g] : 1.0f;
+                    double dot = 0, ksj = int4 ? masked_scale(kst) : kst, kz = int4 ? zero_point(kst) : 0;
+                    for (int d = 0; d < D; d++)
+                        dot += qref[((size_t)tok * H + h) * D + d] *
+                               (int4 ? dec_int4(kr, d) - kz : dec_elem(pb->kv, kr + d * pb->es));
                     double x = dot * ksj * scale * kd;
                     if (pb->softcap > 0) x = pb->softcap * tanh(x / pb->softcap);
                     if (pb->alibi) x -= pb->slopes[h] * fabs((double)(j - pos));
@@ -233,15 +308,18 @@ static void problem_make(problem *pb) {
                     double w = exp(s[j] - mx);
                     L += w;
                     int page = pb->bt[b * MAXB + j / bs], off = j % bs;
-                    const unsigned char *vr = pb->v + ((((size_t)page * bs + off) * Hkv + g) * D) * pb->es;
-                    const double vsj = pth ? pb->vs[((size_t)page * bs + off) * Hkv + g] : 1.0;
-                    for (int d = 0; d < D; d++) o[d] += w * vsj * dec_elem(pb->kv, vr + d * pb->es);
+                    const unsigned char *vr = pb->v + (((size_t)page * bs + off) * Hkv + g) * pb->rb;
+                    const float vst = pth ? pb->vs[((size_t)page * bs + off) * Hkv + g] : 1.0f;
+                    const double vsj = int4 ? masked_scale(vst) : vst, vz = int4 ? zero_point(vst) : 0;
+                    for (int d = 0; d < D; d++)
+                        o[d] += w * vsj * (int4 ? dec_int4(vr, d) - vz : dec_elem(pb->kv, vr + d * pb->es));
                 }
                 for (int d = 0; d < D; d++) o[d] = L > 0 ? o[d] * vd / L : 0.0;
+                if (int4) rotate_f64(o, D, b4, 1);
                 pb->ref_lse[(size_t)h * T + tok] = L > 0 ? mx + log(L) : -INFINITY;
             }
         }
-    free(s);
+    free(s), free(qref);
 }
 
 static void problem_free(problem *pb) {
@@ -250,14 +328,14 @@ static void problem_free(problem *pb) {
 
 static void params_for(const problem *pb, float *out, float *lse, vt_attn_params *p) {
     const int H = pb->H, Hkv = pb->Hkv, D = pb->D;
-    const int64_t e = (int64_t)pb->es;
+    const int64_t rb = (int64_t)pb->rb;
     memset(p, 0, sizeof *p);
     p->q = pb->q, p->q_dtype = VT_DTYPE_F32, p->total_q = pb->cu[BATCH];
     p->q_stride_tok = (int64_t)H * D * 4, p->q_stride_head = (int64_t)D * 4;
     p->k = pb->k, p->v = pb->v, p->kv_dtype = pb->kv, p->num_blocks = pb->nb, p->block_size = pb->bs;
-    p->k_stride_block = p->v_stride_block = (int64_t)pb->bs * Hkv * D * e;
-    p->k_stride_tok = p->v_stride_tok = (int64_t)Hkv * D * e;
-    p->k_stride_head = p->v_stride_head = (int64_t)D * e;
+    p->k_stride_block = p->v_stride_block = (int64_t)pb->bs * Hkv * rb;
+    p->k_stride_tok = p->v_stride_tok = (int64_t)Hkv * rb;
+    p->k_stride_head = p->v_stride_head = rb;
     p->num_heads = H, p->num_kv_heads = Hkv, p->head_size = D;
     p->batch = BATCH, p->cu_seqlens_q = pb->cu, p->seqused_k = pb->su, p->block_table = pb->bt;
     p->max_blocks = MAXB, p->bt_stride = MAXB;
@@ -401,7 +479,7 @@ static double max_diff(const double *a, const double *b, size_t n) {
 
 static void test_bf16dot_tile(void) {
     static const vt_dtype kvs[] = {VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
-                                   VT_DTYPE_FP8_PTH};
+                                   VT_DTYPE_FP8_PTH, VT_DTYPE_INT4_PTH};
     /* GQA 4, 8, 6; GQA 1 and 3, where two rows of one P V pass can belong to different queries
      * (prefill tiles of >= 4 rows take the tile at any GQA) */
     static const int heads[][2] = {{8, 2}, {16, 2}, {12, 2}, {4, 4}, {6, 2}};
@@ -520,6 +598,8 @@ static void test_dispatch_tables(void) {
         vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: its own tile on AVX-512 */
 #if VT_X86
         if (isa == VT_ISA_AVX512) want4 = vt_attn_tile_avx512_int4;
+        /* with AVX512-BF16: the pair-dot tile, which runs the int4 fp32 tile outside its reach */
+        if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want4 = vt_attn_tile_avx512bf16;
 #endif
         CHECK(k->attn_tile_int4 == want4, "table of %s holds another int4 tile", isa_names[isa]);
         CHECK(k->codec == codecs[isa] && vt_codec_active() == codecs[isa], "table of %s holds another ISA's codec",
@@ -543,10 +623,10 @@ static void test_dispatch_tables(void) {
     }
     CHECK(vt_kernels_table((vt_isa)99, 0) == NULL, "no table for an unknown isa");
     /* the pair-dot tile's reach within that table's tile: bf16 q with >= 4 rows per group over a
-     * bf16 cache, an fp8 cache or an int8 / fp8 per-token-head cache; the fp32 tile otherwise */
+     * bf16 cache, an fp8 cache or an int8 / fp8 / int4 per-token-head cache; the fp32 tile otherwise */
     static const vt_dtype dot_kv[] = {VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
-                                      VT_DTYPE_FP8_PTH};
-    static const vt_dtype fp32_kv[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_INT4_PTH};
+                                      VT_DTYPE_FP8_PTH, VT_DTYPE_INT4_PTH};
+    static const vt_dtype fp32_kv[] = {VT_DTYPE_F32, VT_DTYPE_F16};
     vt_attn_params pd;
     memset(&pd, 0, sizeof pd);
     for (size_t i = 0; i < sizeof dot_kv / sizeof dot_kv[0]; i++) {
