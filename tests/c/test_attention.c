@@ -617,7 +617,8 @@ static void test_dispatch_tables(void) {
         const vt_kernels *a2 = vt_kernels_table(VT_ISA_AVX2, bf16), *a5 = vt_kernels_table(VT_ISA_AVX512, bf16);
         CHECK(a2->attn_tile == vt_attn_tile_avx2 && a2->codec == &vt_codec_avx2, "AVX2 table (bf16 %d)", bf16);
         CHECK(a5->attn_tile == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) && a5->codec == &vt_codec_avx512 &&
-                  a5->attn_tile_int4 == vt_attn_tile_avx512_int4 && a5->isa == VT_ISA_AVX512,
+                  a5->attn_tile_int4 == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512_int4) &&
+                  a5->isa == VT_ISA_AVX512,
               "AVX-512 table (bf16 %d) holds another tile", bf16);
 #endif
     }
