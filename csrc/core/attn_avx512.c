@@ -262,20 +262,9 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
                 }
-            for (int r = 0; r < rg; r++) {
-                int64_t qi = r / G;
-                float *pr = P + (size_t)r * KB;
-                alpha[r] = 1.0f;
-                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
-                    memset(pr, 0, KB * 4);
-                    continue;
-                }
-                st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
-                st.slope = p->alibi_slopes ? &p->alibi_slopes[g * G + r % G] : NULL;
-                __m512 e = vt512_row_weights(&st, vt512_reduce16(S + (size_t)r * KB * 16), &mg[r], &alpha[r]);
-                lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
-                _mm512_storeu_ps(pr, pth ? _mm512_mul_ps(e, vmul) : e); /* V's per-key scale on the weight */
-            }
+            /* V's per-key scale (per-token-head) on the weight */
+            vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
+                                base + it->q0, S, P, mg, lg, alpha, pth, vmul);
             for (int r = 0; r < rg; r++) {
                 const float *pr = P + (size_t)r * KB;
                 if (alpha[r] == 1.0f &&

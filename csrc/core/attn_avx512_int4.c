@@ -129,20 +129,9 @@ T void vt_attn_tile_avx512_int4(const vt_attn_params *p, const vt_attn_item *it,
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, od);
                 }
             const __m512 vmul = _mm512_load_ps(vs);
-            for (int r = 0; r < rg; r++) {
-                const int64_t qi = r / G;
-                float *pr = P + (size_t)r * KB;
-                alpha[r] = 1.0f;
-                if (hi[qi] <= j0 || lo[qi] >= j0 + nk) {
-                    memset(pr, 0, KB * 4);
-                    continue;
-                }
-                st.lo = lo[qi], st.hi = hi[qi], st.pos = base + it->q0 + qi;
-                st.slope = p->alibi_slopes ? &p->alibi_slopes[g * G + r % G] : NULL;
-                __m512 e = vt512_row_weights(&st, vt512_reduce16(S + (size_t)r * KB * 16), &mg[r], &alpha[r]);
-                lg[r] = lg[r] * alpha[r] + _mm512_reduce_add_ps(e);
-                _mm512_storeu_ps(pr, _mm512_mul_ps(e, vmul)); /* V's masked scale on the weight */
-            }
+            /* V's masked scale on the weight */
+            vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
+                                base + it->q0, S, P, mg, lg, alpha, 1, vmul);
             for (int r = 0; r < rg; r++) {
                 const float *pr = P + (size_t)r * KB;
                 float *ar = ag + (size_t)r * Dp;
