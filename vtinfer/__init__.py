@@ -11,24 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import sys as _sys
-
 try:
     from vtinfer import _C
-except ValueError as _e:  # a bad VTINFER_ISA: one line, not a traceback (issue #15)
+except ValueError as _e:  # a bad VTINFER_ISA is refused where it is read, with the way out
     if "VTINFER_ISA" not in str(_e):
         raise
-    _err = ImportError(f"vtinfer: {_e} (unset VTINFER_ISA to use the best kernels this CPU has)")
-    _prev_hook = _sys.excepthook
-
-    def _one_line(tp, value, tb, _err=_err, _prev=_prev_hook):  # type: ignore[no-untyped-def]
-        if value is _err:
-            print(value, file=_sys.stderr)
-        else:
-            _prev(tp, value, tb)
-
-    _sys.excepthook = _one_line
-    raise _err from None
+    raise ImportError(f"vtinfer: {_e} (unset VTINFER_ISA to use the best kernels this CPU has)") from None
 from vtinfer._C import ConfigError, VtinferError
 from vtinfer._attention import flash_attn_varlen_func
 from vtinfer._cache_ops import (

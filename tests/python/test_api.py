@@ -58,6 +58,22 @@ def test_vtinfer_isa_unknown_value_is_refused_at_import():
     assert "VTINFER_ISA must be scalar, avx2 or avx512; got 'sse9'" in r.stderr
 
 
+def test_a_refused_import_changes_no_process_wide_state():
+    # A library must not replace sys.excepthook (or other interpreter state) when it refuses to load.
+    code = ("import sys\n"
+            "hook, dh = sys.excepthook, sys.displayhook\n"
+            "try:\n"
+            "    import vtinfer\n"
+            "except ImportError as e:\n"
+            "    assert 'VTINFER_ISA' in str(e), e\n"
+            "else:\n"
+            "    raise SystemExit('imported')\n"
+            "assert sys.excepthook is hook and sys.displayhook is dh, sys.excepthook\n"
+            "print('unchanged')\n")
+    r = run_py(code, VTINFER_ISA="sse9")
+    assert r.returncode == 0 and r.stdout.strip() == "unchanged", r.stderr
+
+
 def test_set_isa_refuses_unknown_names():
     with pytest.raises(ValueError, match="set_isa: isa must be"):
         vt._C.set_isa("mmx")
