@@ -56,21 +56,26 @@ def _extent(x: Any) -> int | None:
 
 
 def swap_blocks(src: Any, dst: Any, block_size_in_bytes: int, block_mapping: Any, *, num_threads: int | None = None) -> None:
-    """Copy whole blocks of bytes from ``src`` to ``dst`` (vLLM's ``swap_blocks``).
+    """Copy blocks of bytes from ``src`` to ``dst`` (vLLM's ``swap_blocks``).
 
     For each row ``(s, d)`` of ``block_mapping``, in order, the
-    ``block_size_in_bytes`` bytes starting ``s * block_size_in_bytes`` bytes
-    after ``src``'s first element are copied to the same-sized range ``d``
-    blocks after ``dst``'s first element, as vLLM's byte copies do: a block
-    of a view such as ``kv[:, 0]`` of a ``(num_blocks, 2, ...)`` cache with
-    ``block_size_in_bytes = kv.element_size() * kv.stride(0)`` moves K and V.
+    ``block_size_in_bytes`` bytes starting ``s * src.stride(0)`` bytes
+    (times the element size) after ``src``'s first element are copied to
+    the bytes starting ``d * dst.stride(0)`` bytes after ``dst``'s, as
+    vLLM's kernel addresses blocks. So the V half ``kv[:, 1]`` of a
+    ``(num_blocks, 2, ...)`` cache with ``block_size_in_bytes`` of one V
+    block moves V blocks only, and ``kv[:, 0]`` with
+    ``kv.element_size() * kv.stride(0)`` moves K and V.
 
     Parameters
     ----------
-    src, dst : array or CPU tensor
-        Any dtype; ``dst`` writable. A block must lie inside the
-        allocation each one views (IndexError naming ``block_mapping[i][0]``
-        / ``[1]`` otherwise, nothing copied).
+    src, dst : array or CPU tensor, shape (num_blocks, ...)
+        Any dtype; ``dst`` writable. Refused (ValueError naming it): a 0-d
+        view, ``block_size_in_bytes`` past its block stride, blocks whose
+        elements do not fill one run of bytes (e.g. ``x[:, ::2]``), a
+        negative stride. A block id must be below ``shape[0]`` and the
+        copied bytes must lie inside the allocation it views (IndexError
+        naming ``block_mapping[i][0]`` / ``[1]``, nothing copied).
     block_size_in_bytes : int
         > 0; vLLM passes ``src.element_size() * src.stride(0)``.
     block_mapping : int64 array, shape (num_pairs, 2)

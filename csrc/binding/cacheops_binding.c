@@ -19,6 +19,48 @@
 
 /* ---------------------------------------------------------------- swap */
 
+/* A swap view's blocks, as vLLM's swap_blocks addresses them: block i
+ * starts i * stride(0) bytes after the view's first element and is copied
+ * block_size_in_bytes (bb) long. Refused: a 0-d view; bb past the block
+ * stride (the copy would run into the next block); blocks whose elements
+ * (dimensions 1..) do not fill one run of bytes, in any dimension order
+ * (a byte copy would move the bytes between them). *stride / *nblocks: the
+ * core's block stride and the view's block count. */
+static int swap_view_blocks(const vt_tensor *t, const char *fn, const char *arg, int64_t bb, int64_t *stride,
+                            int64_t *nblocks) {
+    if (t->ndim < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have >= 1 dimension (num_blocks, ...); got 0", fn, arg);
+        return -1;
+    }
+    *nblocks = t->shape[0];
+    *stride = t->shape[0] > 1 ? t->strides[0] : bb;
+    if (t->shape[0] > 1 && bb > t->strides[0]) {
+        PyErr_Format(PyExc_ValueError, "%s: block_size_in_bytes must be <= %s's block stride (%s.stride(0) * element "
+                     "size = %lld bytes: block i starts i * that many bytes in); got %lld", fn, arg, arg,
+                     (long long)t->strides[0], (long long)bb);
+        return -1;
+    }
+    /* dimensions 1.. ordered by stride must nest densely: each stride is the span of those below it */
+    int order[VT_MAX_DIMS], n = 0;
+    for (int i = 1; i < t->ndim; i++) {
+        if (t->shape[i] <= 1) continue;
+        int k = n++;
+        while (k > 0 && t->strides[order[k - 1]] > t->strides[i]) order[k] = order[k - 1], k--;
+        order[k] = i;
+    }
+    int64_t span = (int64_t)t->itemsize;
+    for (int k = 0; k < n; k++) {
+        if (t->strides[order[k]] != span) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have each block's elements in one run of bytes (dimensions "
+                         "1.. dense, as a byte copy moves them); got a stride of %lld bytes in dimension %d where "
+                         "%lld would be dense", fn, arg, (long long)t->strides[order[k]], order[k], (long long)span);
+            return -1;
+        }
+        span *= t->shape[order[k]];
+    }
+    return 0;
+}
+
 static PyObject *py_swap_blocks(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "swap_blocks";
     static char *kwlist[] = {"src", "dst", "block_size_in_bytes", "block_mapping", "src_extent", "dst_extent",
@@ -50,12 +92,18 @@ static PyObject *py_swap_blocks(PyObject *m, PyObject *args, PyObject *kw) {
     }
     int64_t se = vt_co_view_extent(src, fn, "src"), de = vt_co_view_extent(dst, fn, "dst");
     if (se < 0 || de < 0) goto fail;
-    if (se_obj != Py_None && vt_co_parse_int(se_obj, fn, "src_extent", se, &se) < 0) goto fail;
-    if (de_obj != Py_None && vt_co_parse_int(de_obj, fn, "dst_extent", de, &de) < 0) goto fail;
+    int64_t sstride, dstride, snb, dnb;
+    if (swap_view_blocks(src, fn, "src", bb, &sstride, &snb) < 0 ||
+        swap_view_blocks(dst, fn, "dst", bb, &dstride, &dnb) < 0)
+        goto fail;
+    if (snb == 0 || dnb == 0) se = snb ? se : 0, de = dnb ? de : 0; /* an empty view holds no block */
+    if (snb && se_obj != Py_None && vt_co_parse_int(se_obj, fn, "src_extent", se, &se) < 0) goto fail;
+    if (dnb && de_obj != Py_None && vt_co_parse_int(de_obj, fn, "dst_extent", de, &de) < 0) goto fail;
     vt_swap_blocks_params sp = {
         .fn = fn, .src = src->data, .src_extent = se, .dst = dst->data, .dst_extent = de, .block_bytes = bb,
         .block_mapping = (const int64_t *)map->data, .num_pairs = map->shape[0],
         .map_stride_pair = map->strides[0] / 8, .map_stride_col = map->strides[1] / 8,
+        .src_block_stride = sstride, .dst_block_stride = dstride, .src_num_blocks = snb, .dst_num_blocks = dnb,
     };
     vt_error err;
     vt_status s;
@@ -131,7 +179,8 @@ fail:
 static PyMethodDef cacheops_methods[] = {
     {"swap_blocks", (PyCFunction)(void (*)(void))py_swap_blocks, METH_VARARGS | METH_KEYWORDS,
      "swap_blocks($module, /, src, dst, block_size_in_bytes, block_mapping, *, src_extent=None, dst_extent=None, "
-     "num_threads=None)\n--\n\nCopy blocks of bytes from src to dst by block_mapping (int64 [n, 2])."},
+     "num_threads=None)\n--\n\nCopy block_size_in_bytes bytes of block s of src (s * src.stride(0) bytes in) to block d "
+     "of dst, for each (s, d) of block_mapping (int64 [n, 2])."},
     {"convert_fp8", (PyCFunction)(void (*)(void))py_convert_fp8, METH_VARARGS | METH_KEYWORDS,
      "convert_fp8($module, /, output, input, scale=1.0, kv_dtype='fp8', *, num_threads=None)\n--\n\n"
      "Quantize floats to fp8 codes or dequantize codes to floats (the direction follows the dtypes)."},

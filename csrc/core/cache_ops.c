@@ -25,18 +25,28 @@ static int threads_for(int64_t bytes, int num_threads) {
 
 typedef struct swap_job {
     const vt_swap_blocks_params *p;
+    int64_t src_stride, dst_stride;
 } swap_job;
 
+/* Blocks addressable in a buffer of `extent` bytes whose blocks start
+ * `stride` bytes apart and are read/written `bytes` long (capped by the
+ * view's own block count `nview` when > 0). */
+static int64_t swap_blocks_in(int64_t extent, int64_t stride, int64_t bytes, int64_t nview) {
+    int64_t n = extent < bytes ? 0 : stride == 0 ? 1 : (extent - bytes) / stride + 1;
+    return nview > 0 && nview < n ? nview : n;
+}
+
 static void swap_task(void *ctx, int ith, int nth) {
-    const vt_swap_blocks_params *p = ((const swap_job *)ctx)->p;
+    const swap_job *j = (const swap_job *)ctx;
+    const vt_swap_blocks_params *p = j->p;
     size_t b0, b1;
     vt_split_range((size_t)p->block_bytes, 64, ith, nth, &b0, &b1);
     if (b1 <= b0) return;
     for (int64_t i = 0; i < p->num_pairs; i++) {
         const int64_t s = p->block_mapping[i * p->map_stride_pair];
         const int64_t d = p->block_mapping[i * p->map_stride_pair + p->map_stride_col];
-        memmove((char *)p->dst + d * p->block_bytes + (int64_t)b0,
-                (const char *)p->src + s * p->block_bytes + (int64_t)b0, b1 - b0);
+        memmove((char *)p->dst + d * j->dst_stride + (int64_t)b0, (const char *)p->src + s * j->src_stride + (int64_t)b0,
+                b1 - b0);
     }
 }
 
@@ -51,25 +61,33 @@ vt_status vt_swap_blocks(const vt_swap_blocks_params *p, int num_threads, vt_err
     if (p->num_pairs == 0) return VT_OK;
     if (!p->src || !p->dst || !p->block_mapping)
         return vt_error_set(err, VT_ERR_VALUE, "%s: src, dst and block_mapping must be non-NULL; got NULL", fn);
-    const int64_t nsrc = p->src_extent / p->block_bytes, ndst = p->dst_extent / p->block_bytes;
+    if (p->src_block_stride < 0 || p->dst_block_stride < 0)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: src and dst block strides must be >= 0; got %lld and %lld", fn,
+                            (long long)p->src_block_stride, (long long)p->dst_block_stride);
+    const int64_t ss = p->src_block_stride ? p->src_block_stride : p->block_bytes;
+    const int64_t ds = p->dst_block_stride ? p->dst_block_stride : p->block_bytes;
+    const int64_t nsrc = swap_blocks_in(p->src_extent, ss, p->block_bytes, p->src_num_blocks);
+    const int64_t ndst = swap_blocks_in(p->dst_extent, ds, p->block_bytes, p->dst_num_blocks);
     for (int64_t i = 0; i < p->num_pairs; i++) {
         const int64_t s = p->block_mapping[i * p->map_stride_pair];
         const int64_t d = p->block_mapping[i * p->map_stride_pair + p->map_stride_col];
         if (s < 0 || s >= nsrc)
             return vt_error_set(err, VT_ERR_INDEX,
-                                "%s: block_mapping[%lld][0] must be in [0, %lld) (blocks of %lld bytes in src); "
-                                "got %lld",
-                                fn, (long long)i, (long long)nsrc, (long long)p->block_bytes, (long long)s);
+                                "%s: block_mapping[%lld][0] must be in [0, %lld) (blocks of %lld bytes, %lld apart, "
+                                "in src); got %lld",
+                                fn, (long long)i, (long long)nsrc, (long long)p->block_bytes, (long long)ss,
+                                (long long)s);
         if (d < 0 || d >= ndst)
             return vt_error_set(err, VT_ERR_INDEX,
-                                "%s: block_mapping[%lld][1] must be in [0, %lld) (blocks of %lld bytes in dst); "
-                                "got %lld",
-                                fn, (long long)i, (long long)ndst, (long long)p->block_bytes, (long long)d);
+                                "%s: block_mapping[%lld][1] must be in [0, %lld) (blocks of %lld bytes, %lld apart, "
+                                "in dst); got %lld",
+                                fn, (long long)i, (long long)ndst, (long long)p->block_bytes, (long long)ds,
+                                (long long)d);
     }
     int64_t total = p->num_pairs > INT64_MAX / p->block_bytes ? INT64_MAX : p->num_pairs * p->block_bytes;
     int nth = threads_for(total, num_threads);
     if ((int64_t)nth * 64 > p->block_bytes) nth = (int)(p->block_bytes / 64) < 1 ? 1 : (int)(p->block_bytes / 64);
-    swap_job j = {p};
+    swap_job j = {p, ss, ds};
     vt_parallel_for(swap_task, &j, nth);
     return VT_OK;
 }

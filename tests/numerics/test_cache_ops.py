@@ -66,6 +66,60 @@ def test_swap_blocks_chains_within_one_buffer_run_in_order():
     assert np.array_equal(buf[1], orig[0]) and np.array_equal(buf[2], orig[0])
 
 
+def ref_swap_bytes(src_buf, src_off, src_stride, dst_buf, dst_off, dst_stride, nbytes, mapping):
+    """vLLM's swap_blocks on raw allocations: block b of a view starts b * stride(0) * element_size bytes after
+    the view's first byte; each pair copies nbytes, in order."""
+    out = dst_buf.copy()
+    for s, d in np.asarray(mapping).tolist():
+        chunk = (out if src_buf is dst_buf else src_buf)[src_off + s * src_stride: src_off + s * src_stride + nbytes]
+        out[dst_off + d * dst_stride: dst_off + d * dst_stride + nbytes] = chunk.copy()
+    return out
+
+
+def test_swap_blocks_v_half_views_copy_v_blocks_only():
+    """The V halves kv[:, 1] of (num_blocks, 2, 32) uint8 caches with 32 bytes per V block: only V blocks move."""
+    src = np.random.default_rng(4).integers(0, 255, (4, 2, 32), dtype=np.uint8)
+    dst = np.zeros_like(src)
+    m = np.array([[0, 2], [3, 1]], np.int64)
+    vt.swap_blocks(src[:, 1], dst[:, 1], 32, m)
+    want = ref_swap_bytes(src.reshape(-1), 32, 64, np.zeros(src.size, np.uint8), 32, 64, 32, m).reshape(src.shape)
+    assert np.array_equal(dst, want)
+    assert np.array_equal(dst[2, 1], src[0, 1]) and np.array_equal(dst[1, 1], src[3, 1]) and not dst[:, 0].any()
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_swap_blocks_torch_halves_into_a_packed_cache(half):
+    """K or V half of a flash-layout torch cache into a separate packed cache and back, also through
+    torch.ops.vtinfer.swap_blocks: block strides differ between src (the pair) and dst (one half)."""
+    import vtinfer.torch  # noqa: F401  (registers torch.ops.vtinfer)
+
+    kv = torch.randn(6, 2, 4, 2, 8).to(torch.bfloat16)
+    packed = torch.zeros(5, 4, 2, 8, dtype=torch.bfloat16)
+    m = torch.tensor([[5, 0], [1, 4], [2, 2]], dtype=torch.int64)
+    nbytes = packed.element_size() * packed.stride(0)
+    torch.ops.vtinfer.swap_blocks(kv[:, half], packed, nbytes, m)
+    as_u8 = kv.view(torch.uint8).reshape(-1).numpy()
+    want = ref_swap_bytes(as_u8, half * nbytes, 2 * nbytes, np.zeros(packed.numel() * 2, np.uint8), 0, nbytes,
+                          nbytes, m.numpy())
+    assert np.array_equal(packed.view(torch.uint8).reshape(-1).numpy(), want)
+    back = torch.zeros_like(kv)
+    vt.swap_blocks(packed, back[:, half], nbytes, m[:, [1, 0]])
+    for s, d in m.tolist():
+        assert torch.equal(back[s, half], kv[s, half])
+    assert not back[:, 1 - half].any()
+
+
+def test_swap_blocks_padded_blocks_copy_the_given_bytes():
+    """Blocks padded for alignment (stride(0) past the block's bytes), as vLLM's kernel addresses them."""
+    buf = np.random.default_rng(5).integers(0, 255, (5, 48), dtype=np.uint8)
+    src = buf[:, :40]  # 40 bytes of data, 48 apart
+    dst_buf = np.zeros((7, 64), np.uint8)
+    m = np.array([[4, 6], [0, 0], [2, 3]], np.int64)
+    vt.swap_blocks(src, dst_buf[:, 8:48], 40, m)
+    want = ref_swap_bytes(buf.reshape(-1), 0, 48, np.zeros(dst_buf.size, np.uint8), 8, 64, 40, m)
+    assert np.array_equal(dst_buf.reshape(-1), want)
+
+
 # ----------------------------------------------------------------- convert_fp8
 
 

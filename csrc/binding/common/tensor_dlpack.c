@@ -212,6 +212,16 @@ int vt_tensor_check(const vt_tensor *t, const char *fn, const char *arg, unsigne
         PyErr_Format(PyExc_TypeError, "%s: %s must have dtype %s; got %s", fn, arg, names, t->dtype_name);
         return -1;
     }
+    /* Kernels step by whole elements (an LSE's stride / 4, an index row's
+     * / 4): a NumPy view (as_strided, a packed structured field) whose
+     * stride is not a multiple of the element size is refused, never
+     * rounded to a neighbouring element. */
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] > 1 && t->itemsize > 1 && t->strides[i] % (int64_t)t->itemsize != 0) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have strides that are multiples of its element size (%zu "
+                         "bytes); got %lld bytes in dimension %d", fn, arg, t->itemsize, (long long)t->strides[i], i);
+            return -1;
+        }
     if (mem == VT_MEMORY_CPU && t->device_type != VT_DL_CPU && t->device_type != VT_DL_CUDA_HOST) {
         PyErr_Format(PyExc_ValueError, "%s: %s must be in CPU memory; got DLPack device type %d", fn, arg,
                      t->device_type);

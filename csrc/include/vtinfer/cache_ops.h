@@ -4,8 +4,9 @@
  * index before it writes a byte, and never allocates. Names in messages
  * are the Python ones (`fn` names the function; NULL: the C name).
  *
- *   swap_blocks        for pair i in order:
- *                        dst[m[i,1]*B : (m[i,1]+1)*B] = src[m[i,0]*B : (m[i,0]+1)*B]   (bytes, B = block_bytes)
+ *   swap_blocks        for pair i in order, with Ss / Sd the byte distance between blocks (the
+ *                      view's stride(0); B where 0) and B = block_bytes:
+ *                        dst[m[i,1]*Sd : m[i,1]*Sd + B] = src[m[i,0]*Ss : m[i,0]*Ss + B]   (bytes)
  *   convert_fp8        float -> codes: code = encode(x / scale) (RNE, saturating; the codec's store rule)
  *                      codes -> float: x = decode(code) * scale (exact decode, float32 product, rounded to dst)
  *                      float -> float: a plain conversion (scale ignored, as vLLM's "auto")
@@ -48,10 +49,18 @@ typedef struct vt_swap_blocks_params {
     const int64_t *block_mapping;
     int64_t num_pairs;
     int64_t map_stride_pair, map_stride_col;
+    /* Bytes from one block to the next (a view's stride(0) times its
+     * element size; vLLM's swap_blocks addresses blocks this way), >= 0;
+     * 0 means block_bytes (blocks packed back to back). */
+    int64_t src_block_stride, dst_block_stride;
+    /* Blocks the src / dst views hold (block ids must be below them as well
+     * as inside the extent); 0 means no limit beyond the extent. */
+    int64_t src_num_blocks, dst_num_blocks;
 } vt_swap_blocks_params;
 
-/* Status: VT_OK; VT_ERR_VALUE (block_bytes <= 0, NULL pointers);
- * VT_ERR_INDEX (a block id negative or past the extent). Pairs are copied
+/* Status: VT_OK; VT_ERR_VALUE (block_bytes <= 0, a negative block stride,
+ * NULL pointers); VT_ERR_INDEX (a block id negative, not below the view's
+ * block count, or whose bytes end past the extent). Pairs are copied
  * in order (memmove), so chains within one buffer behave as vLLM's
  * sequential copies; threads split each block's bytes, never the order. */
 VT_API vt_status vt_swap_blocks(const vt_swap_blocks_params *p, int num_threads, vt_error *err);
