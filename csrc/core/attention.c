@@ -61,11 +61,9 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
     if (vt_dtype_get(p->kv_dtype) && vt_dtype_get(p->kv_dtype)->page_layout == VT_PAGE_SLOTS)
         return vt_error_set(err, VT_ERR_UNSUPPORTED, FN ": kv_cache_dtype '%s' is not read by this attention (its "
                             "packed K+V slots have vt_tq_gather only; kv-formats.md, Owed)", vt_dtype_get(p->kv_dtype)->name);
+    vt_status gst = vt_dtype_check_head_size(p->kv_dtype, p->head_size, FN, "q's head size", NULL, err);
+    if (gst != VT_OK) return gst;
     if (p->kv_dtype == VT_DTYPE_INT4_PTH) {
-        if (p->head_size % 2 || vt_int4_rht_block(p->head_size) > VT_INT4_RHT_MAX)
-            return vt_error_set(err, VT_ERR_VALUE, FN ": q must have an even head size whose largest power-of-two "
-                                "divisor is <= %d for kv_cache_dtype 'int4_per_token_head'; got %d", VT_INT4_RHT_MAX,
-                                p->head_size);
         if (!p->causal)
             return vt_error_set(err, VT_ERR_VALUE, FN ": causal must be True for kv_cache_dtype "
                                 "'int4_per_token_head' (vLLM's int4 read is causal only); got False");

@@ -209,7 +209,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
     /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
      * K scale into its logit and its V scale into its weight, as the AVX-512 tile does. */
     const int pth = vt_dtype_per_token_head(p->kv_dtype);
-    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype;
+    const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
     float kscale[KB], vscale[KB];
     float *qp = work;                    /* rows * Dp, permuted */

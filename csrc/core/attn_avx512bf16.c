@@ -232,7 +232,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
     const int rows = rg * it->ng;
     const int pth = vt_dtype_per_token_head(p->kv_dtype);
     const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* int4: the rotation's norm (H H = b I) */
-    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype; /* the codes' dtype */
+    const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
     const int split = vt_attn_bf16dot_split(p);
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
     const int cb = int4 ? 16 : 32 * esz, row_bytes = int4 ? D / 2 : D * esz; /* bytes per chunk / row */

@@ -48,7 +48,7 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
     const int pth = vt_dtype_per_token_head(p->kv_dtype), int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
     const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* int4: the rotation's norm (H H = b I) */
     float kz[KB], vz[KB];                /* int4: the block's zero points */
-    const vt_dtype dt = p->kv_dtype == VT_DTYPE_FP8_PTH ? VT_DTYPE_FP8_E4M3 : p->kv_dtype; /* the codes' dtype */
+    const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
     float ks[KB], vs[KB];                /* the block's per-token-head scales (1: other dtypes) */
     int64_t kso[KB], vso[KB];
     float *qf = work;                    /* rows x Dq, zero-padded to pairs */

@@ -1,4 +1,5 @@
 /* The dtype table: the single description of every storage dtype. */
+#include <stdio.h>
 #include <string.h>
 
 #include "vtinfer/dtype.h"
@@ -16,37 +17,101 @@ static const char *const flags_tq_4nc[] = {"turboquant_4bit_nc", NULL};
 static const char *const flags_tq_k3v4[] = {"turboquant_k3v4_nc", NULL};
 static const char *const flags_tq_3nc[] = {"turboquant_3bit_nc", NULL};
 
+/* Geometry shared by the rows that pack or rotate a head row (vt_dtype_check_head_size). */
+#define INT4_GEOMETRY .head_multiple = 2, .head_max = 4096, .rht_block_max = 1024
+#define TQ_GEOMETRY .head_multiple = 2, .head_max = 4096
+
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
-    {VT_DTYPE_F32, "float32", "float32", flags_f32, 4, 0, 3.4028234663852886e38, 8, 23, 32, 0, VT_DTYPE_F32,
-     VT_SCALE_NONE, 0.0f, 0.0f, VT_PAGE_DENSE, 0, 0, 0},
-    {VT_DTYPE_F16, "float16", "float16", flags_f16, 2, 0, 65504.0, 5, 10, 16, 0, VT_DTYPE_F16, VT_SCALE_NONE, 0.0f,
-     0.0f, VT_PAGE_DENSE, 0, 0, 0},
-    {VT_DTYPE_BF16, "bfloat16", "bfloat16", flags_bf16, 2, 0, 3.3895313892515355e38, 8, 7, 16, 0, VT_DTYPE_BF16,
-     VT_SCALE_NONE, 0.0f, 0.0f, VT_PAGE_DENSE, 0, 0, 0},
-    {VT_DTYPE_FP8_E4M3, "fp8_e4m3", "float8_e4m3fn", flags_e4m3, 1, 1, 448.0, 4, 3, 8, 0, VT_DTYPE_FP8_E4M3,
-     VT_SCALE_TENSOR, 0.0f, 0.0f, VT_PAGE_DENSE, 0, 0, 0},
-    {VT_DTYPE_FP8_E5M2, "fp8_e5m2", "float8_e5m2", flags_e5m2, 1, 1, 57344.0, 5, 2, 8, 0, VT_DTYPE_FP8_E5M2,
-     VT_SCALE_TENSOR, 0.0f, 0.0f, VT_PAGE_DENSE, 0, 0, 0},
+    [VT_DTYPE_F32] = {.id = VT_DTYPE_F32, .name = "float32", .numpy_name = "float32", .flags = flags_f32,
+                      .elem_bytes = 4, .max_finite = 3.4028234663852886e38, .exponent_bits = 8, .mantissa_bits = 23,
+                      .elem_bits = 32, .code_dtype = VT_DTYPE_F32, .scale_kind = VT_SCALE_NONE,
+                      .page_layout = VT_PAGE_DENSE, .head_multiple = 1},
+    [VT_DTYPE_F16] = {.id = VT_DTYPE_F16, .name = "float16", .numpy_name = "float16", .flags = flags_f16,
+                      .elem_bytes = 2, .max_finite = 65504.0, .exponent_bits = 5, .mantissa_bits = 10,
+                      .elem_bits = 16, .code_dtype = VT_DTYPE_F16, .scale_kind = VT_SCALE_NONE,
+                      .page_layout = VT_PAGE_DENSE, .head_multiple = 1},
+    [VT_DTYPE_BF16] = {.id = VT_DTYPE_BF16, .name = "bfloat16", .numpy_name = "bfloat16", .flags = flags_bf16,
+                       .elem_bytes = 2, .max_finite = 3.3895313892515355e38, .exponent_bits = 8, .mantissa_bits = 7,
+                       .elem_bits = 16, .code_dtype = VT_DTYPE_BF16, .scale_kind = VT_SCALE_NONE,
+                       .page_layout = VT_PAGE_DENSE, .head_multiple = 1},
+    [VT_DTYPE_FP8_E4M3] = {.id = VT_DTYPE_FP8_E4M3, .name = "fp8_e4m3", .numpy_name = "float8_e4m3fn",
+                           .flags = flags_e4m3, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 448.0, .exponent_bits = 4,
+                           .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
+                           .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1},
+    [VT_DTYPE_FP8_E5M2] = {.id = VT_DTYPE_FP8_E5M2, .name = "fp8_e5m2", .numpy_name = "float8_e5m2",
+                           .flags = flags_e5m2, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 57344.0,
+                           .exponent_bits = 5, .mantissa_bits = 2, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E5M2,
+                           .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1},
     /* vLLM 0.33 _PER_TOKEN_HEAD_QUANT_PARAMS: int8 (127, -128); fp8 (finfo max, min) = (448, -448). */
-    {VT_DTYPE_INT8_PTH, "int8_per_token_head", "int8", flags_i8pth, 1, 0, 127.0, 0, 7, 8, 1, -1,
-     VT_SCALE_TOKEN_HEAD, 127.0f, -128.0f, VT_PAGE_SCALE_PLANES, 0, 0, 0},
-    {VT_DTYPE_FP8_PTH, "fp8_per_token_head", "float8_e4m3fn", flags_f8pth, 1, 0, 448.0, 4, 3, 8, 0,
-     VT_DTYPE_FP8_E4M3, VT_SCALE_TOKEN_HEAD, 448.0f, -448.0f, VT_PAGE_SCALE_PLANES, 0, 0, 0},
+    [VT_DTYPE_INT8_PTH] = {.id = VT_DTYPE_INT8_PTH, .name = "int8_per_token_head", .numpy_name = "int8",
+                           .flags = flags_i8pth, .elem_bytes = 1, .max_finite = 127.0, .mantissa_bits = 7,
+                           .elem_bits = 8, .is_int = 1, .code_dtype = -1, .scale_kind = VT_SCALE_TOKEN_HEAD,
+                           .quant_max = 127.0f, .quant_min = -128.0f, .page_layout = VT_PAGE_SCALE_PLANES,
+                           .head_multiple = 1},
+    [VT_DTYPE_FP8_PTH] = {.id = VT_DTYPE_FP8_PTH, .name = "fp8_per_token_head", .numpy_name = "float8_e4m3fn",
+                          .flags = flags_f8pth, .elem_bytes = 1, .max_finite = 448.0, .exponent_bits = 4,
+                          .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
+                          .scale_kind = VT_SCALE_TOKEN_HEAD, .quant_max = 448.0f, .quant_min = -448.0f,
+                          .page_layout = VT_PAGE_SCALE_PLANES, .head_multiple = 1},
     /* vLLM 0.33 int4_per_token_head.py: asymmetric codes 0..15 (zero point in the scale's low bits), two per
-     * uint8 byte, after a randomized Hadamard rotation (kv_store_int4.c). */
-    {VT_DTYPE_INT4_PTH, "int4_per_token_head", "uint8", flags_i4pth, 1, 0, 15.0, 0, 4, 4, 0, -1,
-     VT_SCALE_TOKEN_HEAD, 15.0f, 0.0f, VT_PAGE_SCALE_PLANES, 0, 0, 0},
+     * uint8 byte, after a randomized Hadamard rotation over blocks of the head size's largest power-of-two
+     * divisor (kv_store_int4.c; rows are rotated whole on the stack, hence head_max). */
+    [VT_DTYPE_INT4_PTH] = {.id = VT_DTYPE_INT4_PTH, .name = "int4_per_token_head", .numpy_name = "uint8",
+                           .flags = flags_i4pth, .elem_bytes = 1, .max_finite = 15.0, .mantissa_bits = 4,
+                           .elem_bits = 4, .code_dtype = -1, .scale_kind = VT_SCALE_TOKEN_HEAD, .quant_max = 15.0f,
+                           .quant_min = 0.0f, .page_layout = VT_PAGE_SCALE_PLANES, INT4_GEOMETRY},
     /* vLLM 0.33 turboquant/config.py TQ_PRESETS (key bits, value bits, norm correction): one uint8 slot per
-     * (token, KV head); elem_bits 8 are the slot cache's bytes (kv_store_tq.c). */
-    {VT_DTYPE_TQ_K8V4, "turboquant_k8v4", "uint8", flags_tq_k8v4, 1, 0, 255.0, 0, 8, 8, 0, -1, VT_SCALE_SLOT, 0.0f,
-     0.0f, VT_PAGE_SLOTS, 8, 4, 0},
-    {VT_DTYPE_TQ_4BIT_NC, "turboquant_4bit_nc", "uint8", flags_tq_4nc, 1, 0, 255.0, 0, 8, 8, 0, -1, VT_SCALE_SLOT,
-     0.0f, 0.0f, VT_PAGE_SLOTS, 4, 4, 1},
-    {VT_DTYPE_TQ_K3V4_NC, "turboquant_k3v4_nc", "uint8", flags_tq_k3v4, 1, 0, 255.0, 0, 8, 8, 0, -1, VT_SCALE_SLOT,
-     0.0f, 0.0f, VT_PAGE_SLOTS, 3, 4, 1},
-    {VT_DTYPE_TQ_3BIT_NC, "turboquant_3bit_nc", "uint8", flags_tq_3nc, 1, 0, 255.0, 0, 8, 8, 0, -1, VT_SCALE_SLOT,
-     0.0f, 0.0f, VT_PAGE_SLOTS, 3, 3, 1},
+     * (token, KV head); elem_bits 8 are the slot cache's bytes (kv_store_tq.c). The MSE key presets rotate the
+     * whole head row by one Hadamard transform, so their head size is a power of two. */
+    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4", .numpy_name = "uint8",
+                          .flags = flags_tq_k8v4, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
+                          .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS,
+                          .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
+    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc", .numpy_name = "uint8",
+                             .flags = flags_tq_4nc, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
+                             .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
+                             .page_layout = VT_PAGE_SLOTS, .key_bits = 4, .value_bits = 4, .norm_correction = 1,
+                             TQ_GEOMETRY, .head_pow2 = 1},
+    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc", .numpy_name = "uint8",
+                             .flags = flags_tq_k3v4, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
+                             .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
+                             .page_layout = VT_PAGE_SLOTS, .key_bits = 3, .value_bits = 4, .norm_correction = 1,
+                             TQ_GEOMETRY, .head_pow2 = 1},
+    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc", .numpy_name = "uint8",
+                             .flags = flags_tq_3nc, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
+                             .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
+                             .page_layout = VT_PAGE_SLOTS, .key_bits = 3, .value_bits = 3, .norm_correction = 1,
+                             TQ_GEOMETRY, .head_pow2 = 1},
 };
+
+static long long pow2_divisor(long long d) { return d > 0 ? d & -d : 0; }
+
+vt_status vt_dtype_check_head_size(int dtype, long long head_size, const char *fn, const char *what,
+                                   const char *dtype_arg, vt_error *err) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    if (!t || (head_size > 0 && head_size % t->head_multiple == 0 && (!t->head_max || head_size <= t->head_max) &&
+               (!t->head_pow2 || pow2_divisor(head_size) == head_size) &&
+               (!t->rht_block_max || pow2_divisor(head_size) <= t->rht_block_max)))
+        return VT_OK;
+    char rule[160];
+    if (t->head_pow2)
+        snprintf(rule, sizeof rule, "a power of two, at most %lld (one Hadamard rotation of the whole row)",
+                 (long long)t->head_max);
+    else if (t->rht_block_max)
+        snprintf(rule, sizeof rule, "even and at most %lld, with a largest power-of-two divisor of at most %d "
+                 "(two codes per byte; the rotation block)", (long long)t->head_max, t->rht_block_max);
+    else if (t->head_max)
+        snprintf(rule, sizeof rule, "even and at most %lld", (long long)t->head_max);
+    else
+        snprintf(rule, sizeof rule, "> 0");
+    return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be %s for %s '%s'; got %lld", fn, what, rule,
+                        dtype_arg ? dtype_arg : "kv_cache_dtype", t->name, (long long)head_size);
+}
+
+int vt_dtype_decoder(int dtype) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    return t && t->code_dtype >= 0 ? t->code_dtype : dtype;
+}
 
 size_t vt_dtype_row_bytes(int dtype, size_t head_size) {
     const vt_dtype_info *t = vt_dtype_get(dtype);

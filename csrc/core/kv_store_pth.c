@@ -195,13 +195,7 @@ vt_status vt_kv_store_pth_check(const vt_kv_store_params *p, const char *fn, vt_
     if (p->num_tokens > 0 && (!p->k_scale_cache.base || !p->v_scale_cache.base))
         return vt_error_set(err, VT_ERR_VALUE, "%s: k_scale_cache and v_scale_cache must be given for %s; got NULL",
                             fn, vt_dtype_get(p->cache_dtype)->name);
-    if (p->cache_dtype == VT_DTYPE_INT4_PTH &&
-        (p->head_size % 2 || p->head_size > VT_KV_INT4_MAX_D || vt_int4_rht_block(p->head_size) > VT_INT4_RHT_MAX))
-        return vt_error_set(err, VT_ERR_VALUE,
-                            "%s: head_size must be even and at most %d for int4_per_token_head (two codes per byte, "
-                            "a rotation block of at most %d); got %lld",
-                            fn, VT_KV_INT4_MAX_D, VT_INT4_RHT_MAX, (long long)p->head_size);
-    return VT_OK;
+    return vt_dtype_check_head_size(p->cache_dtype, p->head_size, fn, "head_size", NULL, err);
 }
 
 /* Store after vt_kv_store_check and vt_kv_store_pth_check passed. */

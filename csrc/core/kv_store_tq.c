@@ -10,7 +10,6 @@
 #define TQ_FN "turboquant_store"
 #define TQ_MAX_D 4096 /* the rotation's stack row */
 
-static int is_pow2(int64_t d) { return d > 0 && (d & (d - 1)) == 0; }
 
 static vt_status check_cache(const vt_tq_cache *c, const char *fn, vt_error *err) {
     const vt_dtype_info *t = vt_dtype_get(c->dtype);
@@ -22,12 +21,8 @@ static vt_status check_cache(const vt_tq_cache *c, const char *fn, vt_error *err
         return vt_error_set(err, VT_ERR_VALUE, "%s: num_blocks, block_size, num_kv_heads and head_size must be > 0; "
                             "got %lld, %lld, %lld, %lld", fn, (long long)c->num_blocks, (long long)c->block_size,
                             (long long)c->num_kv_heads, (long long)c->head_size);
-    if (c->head_size % 2 || c->head_size > TQ_MAX_D)
-        return vt_error_set(err, VT_ERR_VALUE, "%s: head_size must be even and at most %d for kv_cache_dtype '%s'; "
-                            "got %lld", fn, TQ_MAX_D, t->name, (long long)c->head_size);
-    if (t->key_bits != 8 && !is_pow2(c->head_size))
-        return vt_error_set(err, VT_ERR_VALUE, "%s: head_size must be a power of two for kv_cache_dtype '%s' (the "
-                            "key's Hadamard rotation); got %lld", fn, t->name, (long long)c->head_size);
+    vt_status gst = vt_dtype_check_head_size(c->dtype, c->head_size, fn, "head_size", NULL, err); /* <= TQ_MAX_D */
+    if (gst != VT_OK) return gst;
     if (!c->data) return vt_error_set(err, VT_ERR_VALUE, "%s: kv_cache must not be NULL", fn);
     if (t->key_bits != 8 && (!c->centroids || !c->midpoints))
         return vt_error_set(err, VT_ERR_VALUE, "%s: the codebook (centroids, midpoints) must be given for "

@@ -46,12 +46,8 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
                                 (long long)dims[i].v);
     const vt_dtype_info *di = vt_dtype_get(cfg->dtype);
     if (!di) return vt_error_set(err, VT_ERR_VALUE, "%s: dtype must be a storage dtype; got id %d", fn, (int)cfg->dtype);
-    if (cfg->dtype == VT_DTYPE_INT4_PTH && (cfg->head_size % 2 || cfg->head_size > VT_KV_INT4_MAX_D ||
-                                            vt_int4_rht_block(cfg->head_size) > VT_INT4_RHT_MAX))
-        return vt_error_set(err, VT_ERR_VALUE,
-                            "%s: head_size must be even and at most %d for dtype 'int4_per_token_head' (two codes "
-                            "per byte, a rotation block of at most %d); got %lld",
-                            fn, VT_KV_INT4_MAX_D, VT_INT4_RHT_MAX, (long long)cfg->head_size);
+    vt_status gst = vt_dtype_check_head_size(cfg->dtype, cfg->head_size, fn, "head_size", "dtype", err);
+    if (gst != VT_OK) return gst;
     if (di->page_layout == VT_PAGE_SLOTS) /* one packed K+V slot per (token, head): owed (kv-formats.md) */
         return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: dtype '%s' is not built for the paged cache yet (store into "
                             "a caller-owned slot cache with turboquant_store)", fn, di->name);

@@ -200,11 +200,11 @@ def _attention_not_causal(c, q, kw, out):
 
 INT4_CACHE_CASES = [
     ("odd head size", lambda c, q, kw, out: vt.PagedKVCache(1, NB, BS, HKV, 63, I4), ValueError,
-     r"PagedKVCache: head_size must be even and at most 4096 for dtype 'int4_per_token_head' .*; got 63"),
+     r"PagedKVCache: head_size must be even and at most 4096, with a largest power-of-two divisor of at most 1024 \(two codes per byte; the rotation block\) for dtype 'int4_per_token_head'; got 63"),
     ("rotation block over 1024", lambda c, q, kw, out: vt.PagedKVCache(1, NB, BS, HKV, 2048, I4), ValueError,
-     r"PagedKVCache: head_size must be even .*a rotation block of at most 1024\); got 2048"),
+     r"PagedKVCache: head_size must be even .*divisor of at most 1024 .* got 2048"),
     ("head size over 4096", lambda c, q, kw, out: vt.PagedKVCache(1, NB, BS, HKV, 6144, I4), ValueError,
-     r"PagedKVCache: head_size must be even and at most 4096 .*; got 6144"),
+     r"PagedKVCache: head_size must be even and at most 4096, .*; got 6144"),
     ("store of another head size", lambda c, q, kw, out: c.store(0, np.ones((2, HKV, D // 2), np.float32),
                                                                  np.ones((2, HKV, D // 2), np.float32), np.arange(2)),
      ValueError, r"PagedKVCache.store: key must have shape \[num_tokens, 2, 64\]"),

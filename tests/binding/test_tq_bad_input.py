@@ -55,8 +55,8 @@ STORE_CASES = [
     ("head size not a power of two", lambda a: {**args(d=48), "kv_cache_dtype": FMT,
                                                 "kv_cache": np.zeros((NB, BS, H, vt.turboquant_slot_bytes(FMT, 48)),
                                                                      np.uint8)},
-     ValueError, r"turboquant_store: head_size must be a power of two for kv_cache_dtype 'turboquant_4bit_nc' "
-                 r"\(the key's Hadamard rotation\); got 48"),
+     ValueError, r"turboquant_store: head_size must be a power of two, at most 4096 \(one Hadamard rotation of the whole "
+                 r"row\) for kv_cache_dtype 'turboquant_4bit_nc'; got 48"),
     ("odd head size", lambda a: {**args("turboquant_k8v4", 5), "kv_cache": np.zeros(
         (NB, BS, H, vt.turboquant_slot_bytes("turboquant_k8v4", 5)), np.uint8)}, ValueError,
      r"head_size must be even and at most 4096 for kv_cache_dtype 'turboquant_k8v4'; got 5"),

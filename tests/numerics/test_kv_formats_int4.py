@@ -179,9 +179,9 @@ def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match=r"key_cache must have shape \[num_blocks, block_size, H_kv, D / 2\] = "
                                          r"\[1, 16, 1, 32\] .*or D / 2 \+ 4"):
         store(k, k, np.zeros((1, 16, 1, 64), np.uint8), vc, ks, vs, np.arange(2))
-    with pytest.raises(ValueError, match=r"key must have an even head size for kv_cache_dtype 'int4_per_token_head'"):
+    with pytest.raises(ValueError, match=r"key's head size must be even and at most 4096, .* for kv_cache_dtype 'int4_per_token_head'; got 63"):
         store(np.ones((2, 1, 63), np.float32), np.ones((2, 1, 63), np.float32), kc, vc, ks, vs, np.arange(2))
-    with pytest.raises(ValueError, match=r"head_size must be even and at most 4096"):
+    with pytest.raises(ValueError, match=r"head size must be even and at most 4096, .*; got 6144"):
         p2, kc2, vc2, ks2, vs2 = caches(1, 16, 1, 2048 * 3)
         store(np.ones((1, 1, 6144), np.float32), np.ones((1, 1, 6144), np.float32), kc2, vc2, ks2, vs2,
               np.arange(1))

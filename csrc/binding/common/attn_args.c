@@ -200,9 +200,9 @@ static int check_shapes(vt_attn_call *c) {
         }
     const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
     const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
-    if (int4 && D % 2) {
-        PyErr_Format(PyExc_ValueError, "%s: q must have an even head size for kv_cache_dtype 'int4_per_token_head' "
-                     "(two codes per byte); got %lld", FN, (long long)D);
+    vt_error gerr;
+    if (c->kv_flag >= 0 && vt_dtype_check_head_size(c->kv_flag, D, FN, "q's head size", NULL, &gerr) != VT_OK) {
+        PyErr_SetString(PyExc_ValueError, gerr.message);
         return -1;
     }
     const int64_t row = int4 ? D / 2 : D; /* code elements (bytes for int4) of one head row */

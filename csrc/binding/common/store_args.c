@@ -118,9 +118,9 @@ static int check_flash_shapes(const vt_store_call *c, int64_t H, int64_t D) {
     const vt_tensor *kc = &c->key_cache;
     const int64_t nb = kc->shape[0], bs = c->hnd ? kc->shape[2] : kc->shape[1];
     const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
-    if (int4 && D % 2) {
-        PyErr_Format(PyExc_ValueError, "%s: key must have an even head size for kv_cache_dtype 'int4_per_token_head' "
-                     "(two codes per byte); got %lld", c->fn, (long long)D);
+    vt_error gerr;
+    if (c->kv_flag >= 0 && vt_dtype_check_head_size(c->kv_flag, D, c->fn, "key's head size", NULL, &gerr) != VT_OK) {
+        PyErr_SetString(PyExc_ValueError, gerr.message);
         return -1;
     }
     const int64_t row = int4 ? D / 2 : D; /* code elements of one head row */

@@ -74,6 +74,11 @@ typedef struct vt_dtype_info {
                                 * Lloyd-Max indices of the rotated key */
     int value_bits;            /* TurboQuant: bits of a value code (3 or 4), else 0 */
     int norm_correction;       /* TurboQuant: the read renormalises the key's centroids (the _nc presets) */
+    /* The head sizes the format can take (vt_dtype_check_head_size states them in one message): */
+    int head_multiple;         /* head_size % head_multiple == 0 (2: two codes per byte, or the slot's pairs) */
+    long long head_max;        /* largest head_size, 0 for no limit (rows rotated whole on the stack) */
+    int head_pow2;             /* head_size must be a power of two (one Hadamard transform of the row) */
+    int rht_block_max;         /* largest power-of-two divisor of head_size (int4's rotation block), 0: any */
 } vt_dtype_info;
 
 /* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */
@@ -86,6 +91,15 @@ VT_API size_t vt_dtype_slot_bytes(int dtype, size_t head_size);
 /* 1 when `dtype` stores one scale per (token, KV head) (the table's scale_kind), else 0. */
 VT_API int vt_dtype_per_token_head(int dtype);
 
+/* VT_OK when `dtype` can store head rows of `head_size` elements; else VT_ERR_VALUE with the format's one
+ * message "<fn>: <what> must be <rule> for <dtype_arg> '<name>'; got <head_size>" (`what` names the head size as
+ * the caller does, e.g. "head_size" or "q's head size"; `dtype_arg` the dtype argument, NULL: "kv_cache_dtype").
+ * An out-of-range `dtype` is VT_OK here (callers check the id first). */
+VT_API vt_status vt_dtype_check_head_size(int dtype, long long head_size, const char *fn, const char *what,
+                                          const char *dtype_arg, vt_error *err);
+/* The dtype whose element decoder reads `dtype`'s codes: code_dtype where it names one (fp8_per_token_head:
+ * fp8_e4m3), else `dtype` itself (the integer formats have decoders of their own). */
+VT_API int vt_dtype_decoder(int dtype);
 /* The table entry of `dtype`, or NULL when `dtype` is out of range. */
 VT_API const vt_dtype_info *vt_dtype_get(int dtype);
 
