@@ -8,6 +8,8 @@ import math
 import sys
 from typing import Any
 
+from vtinfer._optional import explain_import_error
+
 
 def _cmd_info(args: argparse.Namespace) -> int:
     import vtinfer as vt
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except USER_ERRORS as e:
-        msg = " ".join(str(e).split()) or type(e).__name__
+        msg = explain_import_error(e) or " ".join(str(e).split()) or type(e).__name__
         print(f"vtinfer {args.command}: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

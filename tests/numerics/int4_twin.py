@@ -7,7 +7,9 @@ Written from the rules recorded in .agents/specs/kv-formats.md
   block of b elements becomes ``H_b (s * x)``, H_b the unnormalized
   Walsh-Hadamard butterfly in float32 (stages h = 1, 2, 4, ...: a + b, a - b),
   s the first b of torch's ``2 * bernoulli(0.5) - 1`` from a CPU generator
-  seeded 0x9E3779B9 (drawn from torch here, the rule itself); the rotated
+  seeded 0x9E3779B9 (torch's draws, checked in as tests/numerics/rht_signs.txt
+  so that the twin runs without torch; test_int4_signs.py draws them from
+  torch again and compares); the rotated
   float32 row is rounded to the source dtype;
 - per (token, head): scale = max((max - min) / 15, 1e-6); zp = rhaz(-min /
   scale) clamped to [0, 15]; code = rhaz(x * (1 / scale) + zp) clamped, with
@@ -20,18 +22,34 @@ Written from the rules recorded in .agents/specs/kv-formats.md
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 
 F = np.float32
 
 
+SIGNS_FILE = Path(__file__).with_name("rht_signs.txt")
+
+
+@functools.cache
+def _all_signs() -> np.ndarray:
+    rows = [ln.strip() for ln in SIGNS_FILE.read_text(encoding="ascii").splitlines()]
+    text = "".join(r for r in rows if r and not r.startswith("#"))
+    if set(text) - {"+", "-"}:
+        raise ValueError(f"{SIGNS_FILE}: only '+' and '-' may follow the comments")
+    return np.where(np.frombuffer(text.encode(), np.uint8) == ord("+"), F(1), F(-1)).astype(F)
+
+
 def signs(b: int) -> np.ndarray:
-    """vLLM's _get_rht_signs(b, 0) as float32 +-1 (torch's CPU generator)."""
-    import torch
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(0x9E3779B9)
-    return (2.0 * torch.bernoulli(torch.full((b,), 0.5), generator=gen) - 1.0).numpy().astype(F)
+    """vLLM's _get_rht_signs(b, 0) as float32 +-1: the first b of torch's CPU
+    draws, read from the checked-in rht_signs.txt."""
+    s = _all_signs()
+    if not 1 <= b <= s.size:
+        raise ValueError(f"signs: b must be in [1, {s.size}]; got {b}")
+    return s[:b].copy()
 
 
 def block(d: int) -> int:

@@ -40,13 +40,29 @@ def test_page_bytes_equal_vllm(geom):
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_views_are_uint8_of_half_the_head_size(layout):
-    import torch
     L, nb, bs, hkv, d = 2, 3, 16, 2, 80
     c = vt.PagedKVCache(L, nb, bs, hkv, d, FMT, layout=layout)
     want = (nb, hkv, bs, d // 2) if layout == "HND" else (nb, bs, hkv, d // 2)
     for view in (c.key_cache(1), c.value_cache(0), c.layer(1).key):
         assert view.dtype == np.uint8 and view.shape == want
     assert c.k_scale_cache(1).shape == (nb, bs, hkv) and c.k_scale_cache(1).dtype == np.float32
+    # zero copy: the NumPy views are the memory the store writes
+    before = c.value_cache(1)
+    k = np.ones((1, hkv, d), np.float32)
+    c.store(1, k, k * 3, np.array([bs + 2], np.int64))
+    assert nhd(before, layout)[1, 2].any() and np.shares_memory(before, c.value_cache(1))
+    r = repr(c)
+    assert f"dtype='{FMT}'" in r and f"page_bytes={c.page_bytes}" in r and "per-token-head" in r
+    for h in (c._repr_html_(), c.layer(0)._repr_html_()):
+        assert "per (token, KV head)" in h and "Hadamard-rotated" in h and "k_scale<" not in h
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_dlpack_views_are_uint8_of_half_the_head_size(layout):
+    torch = pytest.importorskip("torch")
+    L, nb, bs, hkv, d = 2, 3, 16, 2, 80
+    c = vt.PagedKVCache(L, nb, bs, hkv, d, FMT, layout=layout)
+    want = (nb, hkv, bs, d // 2) if layout == "HND" else (nb, bs, hkv, d // 2)
     t = torch.from_dlpack(c.layer(1))
     assert t.dtype == torch.uint8 and tuple(t.shape) == (2, *want)
     whole = torch.from_dlpack(c)
@@ -57,10 +73,6 @@ def test_views_are_uint8_of_half_the_head_size(layout):
     np.testing.assert_array_equal(t[1].numpy(), c.value_cache(1))
     np.testing.assert_array_equal(whole[1, 0].numpy(), c.key_cache(1))
     assert nhd(c.value_cache(1), layout)[1, 2].any()
-    r = repr(c)
-    assert f"dtype='{FMT}'" in r and f"page_bytes={c.page_bytes}" in r and "per-token-head" in r
-    for h in (c._repr_html_(), c.layer(0)._repr_html_()):
-        assert "per (token, KV head)" in h and "Hadamard-rotated" in h and "k_scale<" not in h
 
 
 def twin_store(k, v, slots, bs, src):

