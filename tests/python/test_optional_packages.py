@@ -92,6 +92,9 @@ def test_importorskip_names_the_package_and_the_pip_command(monkeypatch):
     with pytest.raises(pytest.skip.Exception) as e:
         pytest.importorskip("gguf")
     assert "pip install gguf" in str(e.value), e.value
+    with pytest.raises(pytest.skip.Exception) as e:  # vtinfer's own parts keep the caller's reason
+        pytest.importorskip("vtinfer._no_such_arm", reason="vtinfer._no_such_arm not built")
+    assert str(e.value) == "vtinfer._no_such_arm not built"
 
 
 def test_importorskip_fails_when_the_package_is_required(monkeypatch):
