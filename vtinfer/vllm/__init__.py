@@ -1,0 +1,64 @@
+"""vtinfer inside vLLM: an attention backend whose kernels are vtinfer's.
+
+vLLM loads :func:`register` through the ``vllm.general_plugins`` entry point
+in every process it starts (front end, engine core, each worker). It does
+nothing unless the user switched vtinfer on with ``VTINFER_VLLM=1``; then it
+points vLLM's ``CPU_ATTN`` backend at :class:`vtinfer.vllm.backend.VtinferAttentionBackend`
+(vLLM's CPU platform returns ``CPU_ATTN``'s class path whatever backend was
+asked for, so that member is the one to override) and logs one INFO line that
+names vtinfer, its version and the kernels' ISA.
+
+Nothing here imports vLLM at module level: ``import vtinfer`` and
+``import vtinfer.vllm`` never import it; :func:`register` does, inside vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+ENV = "VTINFER_VLLM"
+BACKEND_PATH = "vtinfer.vllm.backend.VtinferAttentionBackend"
+
+# A child of vLLM's "vllm" logger, so the line goes through vLLM's handlers
+# and format (vLLM configures only that namespace).
+logger = logging.getLogger("vllm.plugins.vtinfer")
+
+
+def enabled() -> bool:
+    """Whether ``VTINFER_VLLM`` switches vtinfer on: ``1`` yes; unset, empty or ``0`` no.
+
+    Any other value raises ValueError: a typo must not leave the user on
+    vLLM's own backend believing they run vtinfer's.
+    """
+    raw = os.environ.get(ENV, "")
+    value = raw.strip().lower()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ValueError(f"vtinfer: {ENV} must be 1 (use vtinfer's attention) or 0 / unset; got {raw!r}")
+
+
+def register() -> None:
+    """vLLM's general-plugin hook: route ``CPU_ATTN`` to vtinfer when ``VTINFER_VLLM=1``.
+
+    Safe to call many times (vLLM calls it once per process). With the
+    variable unset it returns before importing anything, so vLLM behaves as
+    if vtinfer were not installed.
+    """
+    if not enabled():
+        return
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    import vtinfer
+
+    from vtinfer.vllm import patches
+
+    already = AttentionBackendEnum.CPU_ATTN.get_path() == BACKEND_PATH
+    register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
+    patches.apply()
+    if not already:
+        info = vtinfer.build_info()
+        logger.info("vtinfer %s attention active (VTINFER_VLLM=1): CPU_ATTN -> %s, ISA %s",
+                    info["version"], BACKEND_PATH, info["isa"])
