@@ -58,9 +58,9 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
         if (p->s_aux && !finite_f(p->s_aux[h]))
             return vt_error_set(err, VT_ERR_VALUE, FN ": s_aux must be finite; got %g at [%d]", (double)p->s_aux[h], h);
     }
-    if (vt_dtype_get(p->kv_dtype) && vt_dtype_get(p->kv_dtype)->page_layout == VT_PAGE_SLOTS)
+    if (vt_dtype_get(p->kv_dtype) && vt_dtype_get(p->kv_dtype)->read_family == VT_READ_NONE)
         return vt_error_set(err, VT_ERR_UNSUPPORTED, FN ": kv_cache_dtype '%s' is not read by this attention (its "
-                            "packed K+V slots have vt_tq_gather only; kv-formats.md, Owed)", vt_dtype_get(p->kv_dtype)->name);
+                            "packed K+V slots are read by turboquant_attention)", vt_dtype_get(p->kv_dtype)->name);
     vt_status gst = vt_dtype_check_head_size(p->kv_dtype, p->head_size, FN, "q's head size", NULL, err);
     if (gst != VT_OK) return gst;
     if (p->kv_dtype == VT_DTYPE_INT4_PTH) {
@@ -402,7 +402,7 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
         return vt_error_set(err, VT_ERR_VALUE, FN ": q, k, v and out must not be NULL");
     make_plan(p, num_threads, &pl, (void *)al, err);
     const vt_kernels *kt = vt_kernels_active(); /* every tile reads the 8-bit per-token-head caches */
-    vt_attn_tile_fn tile = p->kv_dtype == VT_DTYPE_INT4_PTH ? kt->attn_tile_int4 : kt->attn_tile;
+    vt_attn_tile_fn tile = kt->attn_tile[p->kv_dtype]; /* the check refused formats without a tile */
     run_ctx ctx = {.p = p, .pl = &pl, .tile = tile};
     atomic_init(&ctx.next, 0);
     int nth = pl.nth;

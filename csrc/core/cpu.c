@@ -15,32 +15,62 @@
 static vt_cpu_features features;
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
 
-static const vt_kernels TABLES[] = {
-    {VT_ISA_SCALAR, &vt_codec_scalar, vt_attn_tile_scalar, vt_attn_tile_scalar},
+/* What each ISA brings: its codec and one attention tile per read family. The kernel tables below are
+ * (ISA x format): every dtype row takes its family's tile, so a format names no tile here. */
+typedef struct isa_kernels {
+    vt_isa isa;
+    const vt_codec_kernels *codec;
+    vt_attn_tile_fn tile[VT_READ_FAMILY_COUNT];
+} isa_kernels;
+
+static const isa_kernels ISA_KERNELS[] = {
+    {VT_ISA_SCALAR, &vt_codec_scalar,
+     {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
 #if VT_X86
-    {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tile_avx2, vt_attn_tile_scalar}, /* int4 on AVX2: the twin (Owed) */
-    {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512, vt_attn_tile_avx512_int4},
+    /* int4 on AVX2: the scalar twin (speed.md, Owed) */
+    {VT_ISA_AVX2, &vt_codec_avx2, {[VT_READ_ELEMENTS] = vt_attn_tile_avx2, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
+    {VT_ISA_AVX512, &vt_codec_avx512,
+     {[VT_READ_ELEMENTS] = vt_attn_tile_avx512, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512_int4}},
 #endif
 };
+#define N_ISA ((int)(sizeof ISA_KERNELS / sizeof ISA_KERNELS[0]))
 
 #if VT_X86
-/* The AVX-512 table on a CPU with AVX512-BF16: the same codec, the tile
- * that runs grouped bf16 rows on the pair dot product (vdpbf16ps). */
-static const vt_kernels TABLE_AVX512_BF16 = {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tile_avx512bf16,
-                                             vt_attn_tile_avx512bf16}; /* int4: pair dots for bf16 q, >= 4 rows */
+/* AVX-512 on a CPU with AVX512-BF16: the same codec, the tile that runs grouped bf16 rows on the pair dot
+ * product (vdpbf16ps) and the fp32 tiles elsewhere (int4: pair dots for bf16 q, >= 4 rows). */
+static const isa_kernels ISA_KERNELS_AVX512_BF16 = {
+    VT_ISA_AVX512, &vt_codec_avx512,
+    {[VT_READ_ELEMENTS] = vt_attn_tile_avx512bf16, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512bf16}};
 #endif
+
+static vt_kernels tables[N_ISA], table_avx512_bf16;
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void fill(vt_kernels *k, const isa_kernels *src) {
+    k->isa = src->isa;
+    k->codec = src->codec;
+    for (int d = 0; d < VT_DTYPE_COUNT; d++) k->attn_tile[d] = src->tile[vt_dtype_get(d)->read_family];
+}
+
+static void fill_tables(void) {
+    for (int i = 0; i < N_ISA; i++) fill(&tables[i], &ISA_KERNELS[i]);
+#if VT_X86
+    fill(&table_avx512_bf16, &ISA_KERNELS_AVX512_BF16);
+#endif
+}
 
 /* NULL until vt_runtime_init (or the first kernel call) chose a table. */
 static _Atomic(const vt_kernels *) active;
 
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16) {
-    if ((int)isa < VT_ISA_SCALAR || (int)isa >= (int)(sizeof TABLES / sizeof TABLES[0])) return NULL;
+    if ((int)isa < VT_ISA_SCALAR || (int)isa >= N_ISA) return NULL;
+    pthread_once(&tables_once, fill_tables);
 #if VT_X86
-    if (isa == VT_ISA_AVX512 && avx512bf16) return &TABLE_AVX512_BF16;
+    if (isa == VT_ISA_AVX512 && avx512bf16) return &table_avx512_bf16;
 #else
     (void)avx512bf16;
 #endif
-    return &TABLES[isa];
+    return &tables[isa];
 }
 
 static void publish(vt_isa isa) {

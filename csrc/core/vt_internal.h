@@ -41,11 +41,12 @@ struct vt_attn_item;
 typedef void (*vt_attn_tile_fn)(const struct vt_attn_params *p, const struct vt_attn_item *it, float *work, float *m,
                                 float *l, float *acc);
 
+/* One ISA's kernels: its codec row kernels and, per storage format, the attention tile that reads it
+ * (filled once from the ISA's tile per read family and each dtype row's read_family; NULL: not read). */
 typedef struct vt_kernels {
     vt_isa isa;
     const vt_codec_kernels *codec;
-    vt_attn_tile_fn attn_tile;
-    vt_attn_tile_fn attn_tile_int4; /* int4_per_token_head caches (its own rotation and nibble decode) */
+    vt_attn_tile_fn attn_tile[VT_DTYPE_COUNT];
 } vt_kernels;
 
 /* The table of the active ISA (initialising the runtime with the best ISA

@@ -594,14 +594,20 @@ static void test_dispatch_tables(void) {
 #if VT_X86
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want = vt_attn_tile_avx512bf16; /* the pair-dot tile */
 #endif
-        CHECK(k->attn_tile == want, "table of %s holds another ISA's attention tile", isa_names[isa]);
+        CHECK(k->attn_tile[VT_DTYPE_BF16] == want, "table of %s holds another ISA's attention tile", isa_names[isa]);
         vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: its own tile on AVX-512 */
 #if VT_X86
         if (isa == VT_ISA_AVX512) want4 = vt_attn_tile_avx512_int4;
         /* with AVX512-BF16: the pair-dot tile, which runs the int4 fp32 tile outside its reach */
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want4 = vt_attn_tile_avx512bf16;
 #endif
-        CHECK(k->attn_tile_int4 == want4, "table of %s holds another int4 tile", isa_names[isa]);
+        CHECK(k->attn_tile[VT_DTYPE_INT4_PTH] == want4, "table of %s holds another int4 tile", isa_names[isa]);
+        /* (ISA x format): every format holds its read family's tile, none for the formats attention cannot read */
+        for (int d = 0; d < VT_DTYPE_COUNT; d++) {
+            vt_read_family f = vt_dtype_get(d)->read_family;
+            vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_INT4_ROTATED ? want4 : want;
+            CHECK(k->attn_tile[d] == w, "table of %s: %s holds another tile", isa_names[isa], vt_dtype_get(d)->name);
+        }
         CHECK(k->codec == codecs[isa] && vt_codec_active() == codecs[isa], "table of %s holds another ISA's codec",
               isa_names[isa]);
         for (int s = 0; s < 3; s++)
@@ -612,12 +618,14 @@ static void test_dispatch_tables(void) {
     }
     /* every table by its own ISA, whichever AVX-512 table this CPU selects */
     for (int bf16 = 0; bf16 < 2; bf16++) {
-        CHECK(vt_kernels_table(VT_ISA_SCALAR, bf16)->attn_tile == vt_attn_tile_scalar, "scalar table's tile");
+        CHECK(vt_kernels_table(VT_ISA_SCALAR, bf16)->attn_tile[VT_DTYPE_F32] == vt_attn_tile_scalar, "scalar table's tile");
 #if VT_X86
         const vt_kernels *a2 = vt_kernels_table(VT_ISA_AVX2, bf16), *a5 = vt_kernels_table(VT_ISA_AVX512, bf16);
-        CHECK(a2->attn_tile == vt_attn_tile_avx2 && a2->codec == &vt_codec_avx2, "AVX2 table (bf16 %d)", bf16);
-        CHECK(a5->attn_tile == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) && a5->codec == &vt_codec_avx512 &&
-                  a5->attn_tile_int4 == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512_int4) &&
+        CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tile_avx2 && a2->codec == &vt_codec_avx2 &&
+                  a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tile_scalar, "AVX2 table (bf16 %d)", bf16);
+        CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) &&
+                  a5->codec == &vt_codec_avx512 &&
+                  a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512_int4) &&
                   a5->isa == VT_ISA_AVX512,
               "AVX-512 table (bf16 %d) holds another tile", bf16);
 #endif

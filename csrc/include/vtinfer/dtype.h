@@ -50,6 +50,14 @@ typedef enum vt_page_layout {
                               * (TurboQuant; vt_dtype_slot_bytes) */
 } vt_page_layout;
 
+/* Which attention tile family reads a dtype's pages (each ISA has one tile per family; the kernel table maps
+ * every dtype to its family's tile at init). */
+typedef enum vt_read_family {
+    VT_READ_NONE = 0,         /* not read by the paged attention (TurboQuant: vt_tq_gather) */
+    VT_READ_ELEMENTS = 1,     /* element rows decoded per element (plain, fp8, 8-bit per-token-head codes) */
+    VT_READ_INT4_ROTATED = 2, /* packed int4 rows of the rotated basis: q rotated, the output rotated back */
+    VT_READ_FAMILY_COUNT = 3
+} vt_read_family;
 /* Value of a flag that names no dtype by itself ("auto": the model's dtype). */
 #define VT_DTYPE_AUTO (-1)
 
@@ -79,6 +87,7 @@ typedef struct vt_dtype_info {
     long long head_max;        /* largest head_size, 0 for no limit (rows rotated whole on the stack) */
     int head_pow2;             /* head_size must be a power of two (one Hadamard transform of the row) */
     int rht_block_max;         /* largest power-of-two divisor of head_size (int4's rotation block), 0: any */
+    vt_read_family read_family; /* the attention tile family that reads the pages */
 } vt_dtype_info;
 
 /* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */
