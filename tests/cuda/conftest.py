@@ -7,7 +7,7 @@ def _device_reason():
     try:
         from vtinfer import _cuda
     except ImportError:
-        return "vtinfer._cuda not built (nvcc not found at build time, or VTINFER_CUDA=0)"
+        return "vtinfer._cuda not built (setup.py builds it where a GPU is present, or with VTINFER_CUDA=1)"
     if _cuda.device_count() == 0:
         # cudaErrorInsufficientDriver is what the runtime says where no NVIDIA
         # driver is loaded at all, as on a machine without a GPU: lead with that.

@@ -111,7 +111,9 @@ def parse_with_vllm_compressed_tensors(quantization_configs: list[dict],
     """
     import zipfile
 
-    base = Path(os.environ.get("VTINFER_CACHE_DIR", Path.home() / ".cache" / "vtinfer" / "vllm")).parent
+    from vtinfer.testing.upstream import cache_dir
+
+    base = cache_dir().parent
     d = base / "compressed-tensors"
     pin = VLLM_COMPRESSED_TENSORS_PIN
     wheels = sorted(d.glob(f"compressed_tensors-{pin}-*.whl")) if d.is_dir() else []

@@ -4,8 +4,10 @@ vLLM is never imported and none of its files are committed: the source is
 read from (in this order) a tree named by ``VTINFER_VLLM_SOURCE`` (a folder
 holding ``vllm/``, or the ``vllm`` package folder itself), an installed
 ``vllm`` distribution found without importing it, or the pinned wheel
-fetched with ``pip download --no-deps vllm==<VLLM_PIN>`` into a cache folder
-(``VTINFER_CACHE_DIR``, default ``~/.cache/vtinfer/vllm``) and read with
+fetched with ``pip download --no-deps vllm==<VLLM_PIN>`` (about 321 MiB, once;
+said on the terminal before it starts) into a cache folder (``VTINFER_CACHE_DIR``,
+default ``vllm/`` in vtinfer's cache: ``$VTINFER_CACHE``, else
+``$XDG_CACHE_HOME/vtinfer``, else ``~/.cache/vtinfer``) and read with
 :mod:`zipfile`. Named functions are pulled out with :mod:`ast` and executed
 with small stubs (a logger, the tables they read).
 
@@ -27,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import types
 import zipfile
 from dataclasses import dataclass, field
@@ -34,6 +37,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from vtinfer._notice import notice
 
 #: The one place the vLLM release vtinfer mirrors is pinned.
 VLLM_PIN = "0.33.0"
@@ -77,8 +82,44 @@ class Source:
         return f"Source({self.origin!r}, version={self.version!r})"
 
 
+#: The pinned wheel's size in MiB, said before it is fetched (vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl,
+#: 336,361,138 bytes).
+WHEEL_MIB = 321
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("VTINFER_CACHE_DIR", Path.home() / ".cache" / "vtinfer" / "vllm"))
+    """Where the pinned wheel is kept: ``$VTINFER_CACHE_DIR``, else ``vllm/`` in vtinfer's cache."""
+    env = os.environ.get("VTINFER_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    from vtinfer.models.store import cache_dir as vtinfer_cache
+
+    return vtinfer_cache() / "vllm"
+
+
+def _cached_wheel() -> Path | None:
+    d = cache_dir()
+    found = sorted(d.glob(f"vllm-{VLLM_PIN}-*.whl")) if d.is_dir() else []
+    return found[0] if found else None
+
+
+def describe() -> str:
+    """One line: where the differential tests' vLLM source will come from, without fetching anything."""
+    env = os.environ.get("VTINFER_VLLM_SOURCE")
+    if env:
+        return f"vLLM source: the tree {env} (VTINFER_VLLM_SOURCE)"
+    spec = importlib.util.find_spec("vllm")
+    if spec is not None and spec.submodule_search_locations:
+        try:
+            if importlib.metadata.version("vllm") == VLLM_PIN:
+                return f"vLLM {VLLM_PIN} source: the installed vllm package"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    w = _cached_wheel()
+    if w is not None:
+        return f"vLLM {VLLM_PIN} source: {w} ({w.stat().st_size / 2**20:.0f} MiB, cached)"
+    return (f"vLLM {VLLM_PIN} wheel not cached: the differential tests first download it, about {WHEEL_MIB} MiB "
+            f"(pip download --no-deps vllm=={VLLM_PIN}), into {cache_dir()}; later runs reuse it")
 
 
 def _from_tree(root: Path) -> Source:
@@ -96,18 +137,22 @@ def _from_wheel(path: Path) -> Source:
 def wheel_path(download: bool = True) -> Path:
     """The pinned wheel in the cache folder, fetched with pip when missing."""
     d = cache_dir()
-    found = sorted(d.glob(f"vllm-{VLLM_PIN}-*.whl")) if d.is_dir() else []
-    if found:
-        return found[0]
+    cached = _cached_wheel()
+    if cached is not None:
+        return cached
     if not download:
         raise UpstreamUnavailable(f"no vllm-{VLLM_PIN} wheel in {d}")
     d.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"vllm=={VLLM_PIN}", "-d", str(d)]
+    notice(f"downloading vLLM {VLLM_PIN}'s wheel for the differential tests (about {WHEEL_MIB} MiB, once; its "
+           f"Python files are read, it is never installed): {' '.join(cmd[2:])}")
+    t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(d.glob(f"vllm-{VLLM_PIN}-*.whl"))
     if proc.returncode != 0 or not found:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UpstreamUnavailable(f"`{' '.join(cmd)}` failed: {tail[0]}")
+    notice(f"downloaded {found[0]} ({found[0].stat().st_size / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s")
     return found[0]
 
 

@@ -1,5 +1,5 @@
 /* vtinfer._cuda: the CUDA arm's Python glue (a separate extension, built
- * only when nvcc is found or VTINFER_CUDA=1; links the CUDA runtime).
+ * where a GPU is present and nvcc is found, or with VTINFER_CUDA=1; links the CUDA runtime).
  *
  *   _cuda.device_count() -> int          0 on a machine without a device (never raises)
  *   _cuda.device_status() -> str         the runtime's answer, e.g. "cudaErrorNoDevice: ..."
