@@ -46,6 +46,18 @@ csrc/cuda/*.cu once with nvcc (setup.py's flags; a mutant never edits a
 the same core/common objects as _C plus those and the static CUDA runtime.
 Without nvcc such a mutant is an ERROR.  Other mutants get no _cuda: its
 tests skip there, as on a machine without nvcc.
+
+ISAs: a mutant in code this CPU cannot execute (the AVX512-BF16 tile on an
+AVX2-only CPU) can neither be killed nor survive here: it is reported
+``not run here: needs <ISA>`` and counts as neither.  What a mutant needs is
+``needs = "avx2" | "avx512" | "avx512bf16"`` when its entry says so, else
+derived from the files it edits (attn_avx512bf16.c and its scalar twin
+attn_bf16dot_ref.c: avx512bf16; a name with avx512: avx512; with avx2: avx2)
+and from its find text (AVX-512 / AVX2 intrinsics), the highest of these;
+anything else runs on any CPU.  What this CPU runs is read from
+/proc/cpuinfo's flags (AVX2 = avx2+fma+f16c; AVX-512 = avx512f/bw/vl/dq;
+avx512_bf16), lowered by ``VTINFER_ISA`` (scalar / avx2; avx512 keeps the
+BF16 tile, as the kernels do) and by ``--isa`` (to pretend a lower CPU).
 """
 
 from __future__ import annotations
@@ -68,6 +80,68 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TOML = HERE / "mutations.toml"
 WORK = Path(os.environ.get("VTMUT_DIR", "/tmp/vtmut"))
+
+
+ISA_LEVELS = ("scalar", "avx2", "avx512", "avx512bf16")
+
+
+def file_isa(path: str) -> str:
+    """The ISA a file's code needs to execute (see the module docstring)."""
+    name = os.path.basename(path)
+    if "avx512bf16" in name or name.startswith("attn_bf16dot_ref"):
+        return "avx512bf16"  # the twin is compared with the tile, which only a BF16 CPU runs
+    if "avx512" in name:
+        return "avx512"
+    if "avx2" in name:
+        return "avx2"
+    return "scalar"
+
+
+def text_isa(text: str) -> str:
+    """The ISA of the intrinsics in a find text."""
+    if re.search(r"_mm512_(dpbf16|cvtne2?ps_pbh)|__m512bh|__m256bh", text):
+        return "avx512bf16"
+    if re.search(r"_mm512_|__m512|__mmask|_mm(256)?_mask", text):
+        return "avx512"
+    if re.search(r"_mm256_|__m256|_mm_", text):
+        return "avx2"
+    return "scalar"
+
+
+def needs_of(m: dict) -> str:
+    """The ISA a mutant's code needs: its ``needs`` field, else the highest of its edits'."""
+    if "needs" in m:
+        return m["needs"]
+    levels = [max(file_isa(e["file"]), text_isa(e["find"]), key=ISA_LEVELS.index) for e in m["edits"]]
+    return max(levels, key=ISA_LEVELS.index)
+
+
+def cpu_level(flags: set[str]) -> str:
+    """The highest ISA level a CPU with these /proc/cpuinfo flags runs."""
+    if not {"avx2", "fma", "f16c"} <= flags:
+        return "scalar"
+    if not {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "avx2"
+    return "avx512bf16" if "avx512_bf16" in flags else "avx512"
+
+
+def machine_level(cpuinfo: str = "/proc/cpuinfo", vtinfer_isa: str | None = None, cap: str | None = None) -> str:
+    """What this machine runs: the CPU's level, lowered by VTINFER_ISA and by ``cap`` (--isa)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    level = cpu_level(set(line.split(":", 1)[-1].split()))
+    env_cap = {"scalar": "scalar", "avx2": "avx2", "avx512": "avx512bf16"}.get(vtinfer_isa or "")
+    for c in (env_cap, cap):
+        if c and ISA_LEVELS.index(c) < ISA_LEVELS.index(level):
+            level = c
+    return level
+
+
+def runs_here(needs: str, level: str) -> bool:
+    return ISA_LEVELS.index(needs) <= ISA_LEVELS.index(level)
 
 
 def sha256(path: Path) -> str:
@@ -93,6 +167,8 @@ def load(path: Path) -> list[dict]:
         for e in edits:
             if e["find"] == e["replace"]:
                 raise SystemExit(f"mutations.toml: {m['name']}: find == replace")
+        if "needs" in m and m["needs"] not in ISA_LEVELS[1:]:
+            raise SystemExit(f"mutations.toml: {m['name']}: needs must be one of {ISA_LEVELS[1:]}; got {m['needs']!r}")
         m["edits"] = edits
     return muts
 
@@ -361,6 +437,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--check", action="store_true",
                     help="only check that every mutant of the list still applies (its find text occurs once)")
     ap.add_argument("--toml", type=Path, default=TOML, help=argparse.SUPPRESS)
+    ap.add_argument("--isa", choices=ISA_LEVELS,
+                    help="pretend this CPU runs at most ISA (mutants needing more: not run here)")
     args = ap.parse_args(argv)
 
     muts = load(args.toml)
@@ -383,18 +461,31 @@ def main(argv: list[str]) -> int:
         muts = [m for m in muts if m["name"] in args.names]
     elif args.fast:
         muts = [m for m in muts if m.get("fast")]
+    level = machine_level(vtinfer_isa=os.environ.get("VTINFER_ISA"), cap=args.isa)
+    for m in muts:
+        m["needs_isa"] = needs_of(m)
     if args.list:
+        print(f"this CPU runs: {level}")
         for m in muts:
-            print(f"{m['name']:40s} {'fast' if m.get('fast') else '    '} {', '.join(e['file'] for e in m['edits'])}")
+            where = "" if runs_here(m["needs_isa"], level) else f" (not run here: needs {m['needs_isa']})"
+            print(f"{m['name']:40s} {'fast' if m.get('fast') else '    '} {m['needs_isa']:10s} "
+                  f"{', '.join(e['file'] for e in m['edits'])}{where}")
         return 0
+    not_here = [m for m in muts if not runs_here(m["needs_isa"], level)]
+    muts = [m for m in muts if runs_here(m["needs_isa"], level)]
+    for m in not_here:
+        print(f"{m['name']}: not run here: needs {m['needs_isa']} (this CPU runs {level})", flush=True)
 
     start = time.time()
     files = sorted({e["file"] for m in muts for e in m["edits"]})
     shared_before = {f: sha256(REPO / f) for f in files}
     WORK.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=WORK))
-    results: list[tuple[str, str, str, float]] = []
+    results: list[tuple[str, str, str, float]] = [
+        (m["name"], "not run here", f"needs {m['needs_isa']}; this CPU runs {level}", 0.0) for m in not_here]
     try:
+        if not muts:
+            raise _NothingToRun
         cuda = nvcc_and_cudart() if any(needs_cuda(m) for m in muts) else None
         base = make_base(args.rev, run_dir, args.jobs, cuda)
         # every find text must occur exactly once in the tree at REV
@@ -471,6 +562,8 @@ def main(argv: list[str]) -> int:
             dt = time.time() - t0
             results.append((m["name"], status, detail, dt))
             print(f"[{i}/{len(muts)}] {m['name']}: {status} ({dt:.0f}s) {detail}", flush=True)
+    except _NothingToRun:
+        print(f"no selected mutant runs on this CPU ({level}): nothing built")
     finally:
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -497,18 +590,29 @@ def main(argv: list[str]) -> int:
     for f in files:
         print(f"shared tree {f}: sha256 {shared_after[f][:16]} "
               f"{'unchanged' if f not in moved else 'changed during the run by another engineer (no mutant text in it)'}")
-    killed = sum(1 for r in results if r[1] == "killed")
-    survived = [r[0] for r in results if r[1] == "SURVIVED"]
-    errors = [r[0] for r in results if r[1] == "error"]
+    ran = [r for r in results if r[1] != "not run here"]
+    killed = sum(1 for r in ran if r[1] == "killed")
+    survived = [r[0] for r in ran if r[1] == "SURVIVED"]
+    errors = [r[0] for r in ran if r[1] == "error"]
     if survived:
         print(f"survivors: {survived}")
     if errors:
         print(f"errors (neither kill nor survivor): {errors}")
     print(f"total {time.time() - start:.0f}s")
-    print(f"killed {killed}/{len(results)}")
+    if not_here:
+        by = {}
+        for m in not_here:
+            by.setdefault(m["needs_isa"], []).append(m["name"])
+        print(f"not run here ({level} CPU; neither killed nor survived): {len(not_here)}: "
+              + "; ".join(f"needs {k}: {len(v)}" for k, v in sorted(by.items())))
+    print(f"killed {killed}/{len(ran)}")
     if leaked:
         print(f"MUTANT TEXT FOUND IN THE SHARED TREE: {leaked}")
-    return 0 if killed == len(results) and results and not leaked else 1
+    return 0 if killed == len(ran) and results and not leaked else 1
+
+
+class _NothingToRun(Exception):
+    """Every selected mutant needs an ISA this CPU lacks."""
 
 
 if __name__ == "__main__":
