@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C, _cuda_ops, _framework
+from vtinfer import _C, _cuda_ops, _framework, _tq_ops
 
 
 def _f32(x: Any, name: str) -> np.ndarray | None:
@@ -106,7 +106,10 @@ def flash_attn_varlen_func(
         Finite, > 0; converted to float32.
     kv_cache_dtype : {"auto", "fp8", "fp8_e4m3", "fp8_e5m2", ...}
         Must name the fp8 format for a code cache ("auto" is refused: it
-        would read codes as numbers).
+        would read codes as numbers). A TurboQuant format
+        (``vt.TURBOQUANT_DTYPES``) takes its uint8 slot cache as ``k`` and
+        None or the same cache as ``v``, and runs
+        :func:`vtinfer.turboquant_attention` (no descales or scale caches).
     out : array, shape (total_q, H, D), optional
         Written in place; q's dtype, contiguous D, no overlap with q/k/v.
         Rows outside the sequences are not touched.
@@ -143,6 +146,13 @@ def flash_attn_varlen_func(
     """
     fn = "flash_attn_varlen_func"
     return_lse = bool(return_lse or return_softmax_lse)
+    if _tq_ops.is_turboquant(kv_cache_dtype):
+        return _tq_ops.attention(
+            q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
+            softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+            alibi_slopes=alibi_slopes, s_aux=s_aux, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
+            num_threads=num_threads, cu_seqlens_k=cu_seqlens_k, q_dtype=q_dtype, k_descale=k_descale,
+            v_descale=v_descale, q_descale=q_descale, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
     if cu_seqlens_k is not None or (block_table is None and seqused_k is None):
         if seqused_k is not None or block_table is not None:
             raise ValueError(

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer import _C, _cuda_ops, _framework
+from vtinfer import _C, _cuda_ops, _framework, _tq_ops
 
 __all__ = ["KVLayer", "PagedKVCache", "reshape_and_cache", "reshape_and_cache_flash"]
 
@@ -333,7 +333,12 @@ def reshape_and_cache_flash(
     kv_cache_dtype : str
         ``"auto"``, ``"float16"``, ``"bfloat16"``, ``"float32"``,
         ``"fp8"``/``"fp8_e4m3"`` (e4m3fn), ``"fp8_e5m2"``, or a
-        per-token-head format (``vt.PER_TOKEN_HEAD_DTYPES``).
+        per-token-head format (``vt.PER_TOKEN_HEAD_DTYPES``), or a TurboQuant
+        format (``vt.TURBOQUANT_DTYPES``): then ``key_cache`` is the uint8 slot
+        cache ``[num_blocks, block_size, H_kv, vt.turboquant_slot_bytes(...)]``,
+        ``value_cache`` None or that same cache, ``k_scale`` / ``v_scale`` 1.0
+        (the scales are in each slot), and :func:`vtinfer.turboquant_store`
+        does the work.
     k_scale, v_scale : float or array_like
         One element or ``[H_kv]`` (per-head scales); used by fp8 caches only,
         where ``code = encode(x / scale)`` (vLLM's CUDA semantics); ignored
@@ -355,6 +360,10 @@ def reshape_and_cache_flash(
     CUDA tensors (DLPack device type 2) are stored on the device by the
     CUDA arm (``vtinfer._cuda``), with the same checks and bytes.
     """
+    if _tq_ops.is_turboquant(kv_cache_dtype):
+        _tq_ops.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
+                      layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+        return
     if _cuda_ops.is_cuda(key):
         scales = {} if k_scale_cache is None and v_scale_cache is None else {
             "k_scale_cache": k_scale_cache, "v_scale_cache": v_scale_cache}
