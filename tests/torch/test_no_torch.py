@@ -28,8 +28,11 @@ import importlib, pkgutil
 import numpy as np
 import vtinfer as vt
 for m in pkgutil.walk_packages(vt.__path__, "vtinfer."):
-    if m.name not in ("vtinfer.torch", "vtinfer.__main__"):  # __main__ runs the CLI
+    # __main__ runs the CLI; vtinfer.vllm's submodules run inside vLLM, which brings torch (the package
+    # itself, the plugin's entry point, must import without either)
+    if m.name not in ("vtinfer.torch", "vtinfer.__main__") and not m.name.startswith("vtinfer.vllm."):
         importlib.import_module(m.name)
+assert "vllm" not in sys.modules, "vtinfer imported vllm"
 x = np.linspace(-3, 3, 64, dtype=np.float32)
 codes = vt.fp8_quantize(x, 0.5)
 assert type(codes) is np.ndarray and codes.dtype == np.uint8
