@@ -103,16 +103,20 @@ def test_gather_refusals():
 
 
 def test_other_paths_refuse_the_formats():
+    # The functional forms route TurboQuant to its own store and read (test_kv_formats_tq_functional.py);
+    # the C dense store and attention beneath them, and the paged cache, still refuse the slot formats.
+    from vtinfer import _C
+
     a = args()
     kc = np.zeros((NB, BS, H, D), np.uint8)
     with pytest.raises(NotImplementedError, match=r"reshape_and_cache_flash: kv_cache_dtype 'turboquant_4bit_nc' "
                                                   r"packs K and V into one slot cache; store it with turboquant_store"):
-        vt.reshape_and_cache_flash(a["key"], a["value"], kc, kc.copy(), a["slot_mapping"], FMT, 1.0, 1.0)
+        _C.reshape_and_cache_flash(a["key"], a["value"], kc, kc.copy(), a["slot_mapping"], FMT, 1.0, 1.0)
     assert not kc.any()
     for fmt in vt.TURBOQUANT_DTYPES:
         with pytest.raises(NotImplementedError, match=rf"dtype '{fmt}' is not built for the paged cache yet"):
             vt.PagedKVCache(1, NB, BS, H, D, fmt)
     q = np.zeros((1, 4, D), np.float32)
     with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'turboquant_k8v4' is not read by this attention"):
-        vt.flash_attn_varlen_func(q, kc, kc, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
+        _C.flash_attn_varlen_func(q, kc, kc, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
                                   block_table=np.zeros((1, 1), np.int32), kv_cache_dtype="turboquant_k8v4")
