@@ -220,7 +220,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     ``return_lse``).
 
     Every key is read from the cache: vLLM's first-chunk prefill attends to the
-    chunk's own unquantized keys instead (not mirrored; kv-formats.md, Owed).
+    chunk's own unquantized keys instead (not mirrored: kv-formats.md).
     The dequantized copy costs ``num_referenced_blocks * block_size * H_kv *
     head_size * 8`` bytes and a pass over them per call: no fused read yet.
     """

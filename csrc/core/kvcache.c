@@ -48,7 +48,7 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
     if (!di) return vt_error_set(err, VT_ERR_VALUE, "%s: dtype must be a storage dtype; got id %d", fn, (int)cfg->dtype);
     vt_status gst = vt_dtype_check_head_size(cfg->dtype, cfg->head_size, fn, "head_size", "dtype", err);
     if (gst != VT_OK) return gst;
-    if (di->page_layout == VT_PAGE_SLOTS) /* one packed K+V slot per (token, head): owed (kv-formats.md) */
+    if (di->page_layout == VT_PAGE_SLOTS) /* one packed K+V slot per (token, head): the cache has no slot layout */
         return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: dtype '%s' is not built for the paged cache yet (store into "
                             "a caller-owned slot cache with turboquant_store)", fn, di->name);
     if (cfg->layout != VT_KV_LAYOUT_NHD && cfg->layout != VT_KV_LAYOUT_HND)

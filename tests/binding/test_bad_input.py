@@ -1,4 +1,4 @@
-"""The bad-input table (issue #9): one row per hostile input across the
+"""The bad-input table: one row per hostile input across the
 whole public API.  Each row asserts the exception type, that the message
 names the argument, and that nothing was written (the bytes of every
 array, cache and scale the call could have touched are compared before and
@@ -607,7 +607,7 @@ def safetensors_shape_mismatch():
     return _scales_row(ValueError, "shape", _st(h.encode(), b"\0" * 4))
 
 
-# --- tensor parallelism, skip layers, per-head scales (#13)
+# --- tensor parallelism, skip layers, per-head scales
 def _tp_row(exc, frag, **kw):
     import vtinfer as vt
     from vtinfer.testing.checkpoints import make_modelopt_checkpoint
@@ -651,7 +651,7 @@ def safetensors_per_head_scale_wrong_count():
             "model.layers.0.self_attn.k_scale must hold 2 or 1 element(s)", [])
 
 
-# --- issue #15 item 6: thread counts beyond C's range, destinations whose blocks alias
+# --- thread counts beyond C's range, destinations whose blocks alias
 @row
 def threads_huge_codec():
     import vtinfer as vt

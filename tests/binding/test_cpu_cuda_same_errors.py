@@ -1,5 +1,5 @@
 """A CUDA tensor and a CPU tensor with the same bad argument get the same
-exception and message (issue #16): both extensions take tensors through
+exception and message: both extensions take tensors through
 one importer and the store's and attention's arguments through one
 argument layer each (common/store_args.c, common/attn_args.c). No device
 is needed: the fake DLPack producer (dlpack_fake.py) claims device type 2

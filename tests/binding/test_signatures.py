@@ -1,4 +1,4 @@
-"""Each signature is written once (issue #16 item 6): the C tables
+"""Each signature is written once: the C tables
 (csrc/binding/vt_signature.h) make the docstrings, hence
 inspect.signature of the C functions; the stub (_C.pyi), the Python
 wrappers and the CUDA extension must say the same, or this fails."""

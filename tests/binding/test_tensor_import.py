@@ -1,5 +1,5 @@
-"""The shared tensor importer (issue #16 item 1, issue #15 items 2-3) and
-overlap as shared elements (issue #12 item 1).
+"""The shared tensor importer (DLPack and NumPy front doors, hostile arrays)
+and overlap as shared elements.
 
 DLPack: every field of a capsule is validated before any pointer
 arithmetic (a hostile producer written with ctypes, tests/binding/

@@ -1,4 +1,4 @@
-"""vLLM's own kernel tests as the judge (issue #12).
+"""vLLM's own kernel tests as the judge.
 
 The cases, shapes, layouts and tolerances below are those of vLLM's
 tests/kernels/attention/test_cache.py, test_flash_attn.py and
@@ -294,7 +294,7 @@ def test_varlen_with_paged_kv(use_out, seq_lens, head_size, num_heads, sliding_w
     res = vt.flash_attn_varlen_func(qq, kk, vv, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, out=out,
                                     max_seqlen_q=max(q_lens), max_seqlen_k=max(k_lens), **kw, **extra)
     res = out if use_out else res
-    if isinstance(res, torch.Tensor):  # torch q: a torch out (#19)
+    if isinstance(res, torch.Tensor):  # torch q: a torch out (outputs follow the caller's framework)
         assert res.dtype == torch.bfloat16
         res = bf16_np(res)
     assert res.dtype == ml_dtypes.bfloat16

@@ -1,4 +1,4 @@
-"""Hypothesis harness for the Python surface (issue #9).
+"""Hypothesis harness for the Python surface.
 
 Random, often hostile arguments for every public entry point: arrays of
 any dtype, rank and shape (zero-size, non-contiguous, read-only), indices

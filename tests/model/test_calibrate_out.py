@@ -1,4 +1,4 @@
-"""Issue #15 item 1: ``calibrate --out`` never deletes what vtinfer did not create.
+"""``calibrate --out`` never deletes what vtinfer did not create.
 
 Every form of ``--out`` is tried against a tree holding the model and a
 user's files; the bytes of every file that was there before are compared

@@ -141,7 +141,7 @@ def test_plot(result, tmp_path):
 
 
 def test_report_names_its_directories_and_explains_the_table(result):
-    """Issue #15 item 9: where the demo's checkpoints are, and how to read the table."""
+    """Where the demo's checkpoints are, and how to read the table."""
     text = format_report(result)
     assert f"model directory: {result['model_dir']}" in text
     for kind in ("per-layer", "per-head"):

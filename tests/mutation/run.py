@@ -36,7 +36,7 @@ tests/mutation/test_runner_check.py runs it with the suite).  The build mirrors 
 -fvisibility=hidden, -fno-strict-aliasing, the include folders, _GNU_SOURCE)
 at -O2 and without -Werror: a mutant may warn.
 
-The CUDA glue (issue #16): a mutant with ``cuda = true`` (implied by an
+The CUDA glue: a mutant with ``cuda = true`` (implied by an
 edit under csrc/binding/cuda/) also gets ``vtinfer/_cuda*.so`` in its copy,
 so that tests which drive the CUDA extension without a device (the
 argument layers refuse before the runtime: tests/binding/
@@ -442,7 +442,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
 
     muts = load(args.toml)
-    # issue #15: a mutant whose find text is gone (or is no longer unique) has
+    # A mutant whose find text is gone (or is no longer unique) has
     # rotted: it fails the run up front, for the whole list, even with --fast
     # or a selection, so that CI's fast subset notices every stale entry.
     stale = stale_mutants(muts, args.rev)

@@ -1,4 +1,4 @@
-"""Issue #15 item 8: a mutant that no longer applies fails the mutation run
+"""A mutant that no longer applies fails the mutation run
 up front, for the whole list, even with --fast; and today's list applies."""
 
 from __future__ import annotations

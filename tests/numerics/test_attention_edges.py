@@ -1,4 +1,4 @@
-"""Attention numerics at the edges (issue #15 item 6), on every ISA.
+"""Attention numerics at the edges, on every ISA.
 
 - A NaN in a query row gives NaN for that row's output and LSE (not 0 and
   -inf, which mean "no visible key"), and leaves every other row as it is.

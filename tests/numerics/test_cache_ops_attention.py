@@ -1,4 +1,4 @@
-"""The attention side of vLLM's surface (issue #12): fp8 queries with
+"""The attention side of vLLM's surface: fp8 queries with
 q_descale, non-paged varlen (cu_seqlens_k), return_softmax_lse, and a
 prefix/suffix split merged with merge_attn_states equal to one call. All
 against the float64 oracle of tests/numerics/test_attention_oracle.py
@@ -79,7 +79,7 @@ def test_fp8_query_codes_uint8_torch_and_out_dtype():
     out = np.zeros(q.shape, ml_dtypes.bfloat16)
     vt.flash_attn_varlen_func(q.astype(E4M3), k, v, out=out, **args)
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
-    assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16  # torch in, torch out (#19)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16  # torch in, torch out
     assert np.array_equal(a.view(np.uint16), c.view(torch.int16).numpy().view(np.uint16))
     assert np.array_equal(a.view(np.uint16), out.view(np.uint16))
     q_ref = codes.view(E4M3).astype(np.float64) * per_token_descale(qd, cu, 4, 4)

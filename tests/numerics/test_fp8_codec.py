@@ -220,6 +220,6 @@ def test_torch_cast_agrees_after_clamping(isa):
         # torch tensors (bf16 included) go in through DLPack
         tb = torch.from_numpy(x.copy()).to(torch.bfloat16)
         want = ref_quantize(tb.float().numpy(), 1.0, fmt)
-        got = vt.fp8_quantize(tb, fmt=fmt)  # torch in, torch float8 codes out (#19)
+        got = vt.fp8_quantize(tb, fmt=fmt)  # torch in, torch float8 codes out
         assert got.dtype == tdt
         assert np.array_equal(got.view(torch.uint8).numpy(), want)

@@ -1,4 +1,4 @@
-"""TurboQuant KV cache dtypes (#14 item 6): the independent NumPy twin
+"""TurboQuant KV cache dtypes: the independent NumPy twin
 (tests/numerics/tq_twin.py) against vLLM's own code from the pinned wheel.
 
 vLLM's store launcher ``triton_turboquant_store`` (host rotation + the

@@ -1,4 +1,4 @@
-"""vtinfer's TurboQuant store and read (#14 item 6) against the independent NumPy
+"""vtinfer's TurboQuant store and read against the independent NumPy
 twin tests/numerics/tq_twin.py (itself shown equal to vLLM's Triton kernels run in
 Triton's interpreter: test_kv_formats_tq.py), and the slot / page sizes against
 vLLM's own ``TurboQuantConfig`` from the pinned wheel.
@@ -167,7 +167,7 @@ def test_store_equals_twin_sources_and_small_heads(fmt, D, src):
         adv = adversarial_rows(D)
         kf, vf = k.astype(np.float32), v.astype(np.float32)
         kf[: len(adv), 0], vf[: len(adv), 1] = adv, adv[::-1]
-        if src == "float16":  # an infinite source element: vLLM's rule for it is not established (Owed)
+        if src == "float16":  # an infinite source element: vLLM's rule for it is not established, so none is asserted
             kf, vf = np.clip(kf, -6e4, 6e4), np.clip(vf, -6e4, 6e4)
         k, v = cast(kf, src), cast(vf, src)
     slots = rng.permutation(NB * BS)[:T].astype(np.int64)

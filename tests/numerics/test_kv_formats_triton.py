@@ -1,4 +1,4 @@
-"""vLLM's own per-token-head store kernel as a second oracle (#14 item 4).
+"""vLLM's own per-token-head store kernel as a second oracle.
 
 The pinned wheel's Triton kernel ``_reshape_cache_per_token_head`` runs in
 Triton's CPU interpreter (``TRITON_INTERPRET=1``, CPU torch tensors) in a

@@ -1,6 +1,6 @@
 """.ci/run's shape: the README's test command, exactly, in a venv holding only what it installs;
 then the optional references and exactly the tests that skipped, with VTINFER_REQUIRE_<NAME>
-for each package installed; the vLLM leg's hook. (The run itself is the lead's: ~30-60 min.)"""
+for each package installed; the vLLM leg's hook. (The run itself takes ~30-60 min: not run by the test suite.)"""
 
 from __future__ import annotations
 

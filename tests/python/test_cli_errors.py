@@ -1,4 +1,4 @@
-"""Issue #15 item 7: the CLI as a newcomer meets it.
+"""The CLI as a newcomer meets it.
 
 Every subcommand answers a user's mistake with one line on stderr naming the
 problem and exit status 2 (never a traceback); a bad VTINFER_ISA is one line;

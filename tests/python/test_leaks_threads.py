@@ -1,9 +1,9 @@
-"""Leaks and threads (issue #9).
+"""Leaks and threads.
 
 Leaks: 10^5 calls of each public entry point on tiny inputs (each call is
 a few microseconds), after a warm-up, in 5 windows; the process's own
 allocations (glibc's mallinfo2: malloc'd bytes in use) must be flat in at
-least 3 windows and RSS must not climb (issue #15 replaced tracemalloc,
+least 3 windows and RSS must not climb (not tracemalloc,
 which read +3.8 MB once torch had been imported). A leak of 48 bytes of
 malloc or one object per call shows in every window.
 
@@ -118,7 +118,7 @@ FLAT = 64 << 10  # bytes: a window counts as flat below this
                                   "flash_attn_varlen_func", "_C.resolve_kv_cache_dtype", "resolve_kv_cache_dtype",
                                   "store refused"])
 def test_no_growth_over_many_calls(tmp_path, name):
-    """The process's own allocations (issue #15: not tracemalloc, whose count
+    """The process's own allocations (not tracemalloc, whose count
     depends on what else was imported -- torch's import made it read +3.8 MB).
 
     ``n`` calls in 5 windows after a warm-up; in each window the malloc'd

@@ -1,4 +1,4 @@
-"""Issue #15 item 9: what a newcomer reads first (info line, HTML reprs)."""
+"""What a newcomer reads first (info line, HTML reprs)."""
 
 from __future__ import annotations
 

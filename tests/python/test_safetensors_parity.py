@@ -1,4 +1,4 @@
-"""Issue #15 item 5: vtinfer's safetensors header reader accepts exactly what
+"""vtinfer's safetensors header reader accepts exactly what
 the ``safetensors`` library (vLLM's loader) accepts.
 
 Every case is written to a file and read by both readers: the library's
@@ -134,7 +134,7 @@ def _all_cases():
         yield k, _file(h, d)
     for k, (r, d) in RAW.items():
         yield k, _file(None, d, raw=r)
-    # header length between the two libraries' limits: 100 MB (safetensors) and 100 MiB (vtinfer before #15)
+    # a header length just over 100 MB (the safetensors library's limit) but under 100 MiB: both refuse it
     yield "header_len_lying_huge", struct.pack("<Q", 100_000_001) + b"{}"
     yield "header_len_past_eof", struct.pack("<Q", 64) + b"{}"
     yield "short_length", b"\x02\0\0"

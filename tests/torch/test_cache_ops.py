@@ -1,4 +1,4 @@
-"""vLLM's cache ops as torch.ops.vtinfer (#19, ops of #12): each op's
+"""vLLM's cache ops as torch.ops.vtinfer: each op's
 result against a reference written with torch's own indexing and casts,
 then ``torch.library.opcheck`` over every KV dtype vtinfer stores (NHD and
 HND where the op reads a paged cache). Outputs start from fresh tensors

@@ -1,4 +1,4 @@
-"""torch stays optional (#19): importing vtinfer, every submodule but
+"""torch stays optional: importing vtinfer, every submodule but
 vtinfer.torch, and running the NumPy paths never imports torch. Run in
 subprocesses: one where torch cannot be imported at all (a meta-path hook
 refuses it, as a venv without torch would), one where it is installed but

@@ -1,4 +1,4 @@
-"""torch.ops.vtinfer (#19): schemas name the mutated arguments, fake
+"""torch.ops.vtinfer: schemas name the mutated arguments, fake
 implementations give shapes and dtypes without computing, and
 ``torch.library.opcheck`` (schema, autograd registration, fake tensor,
 AOT dispatch with dynamic shapes) passes over the grid: every KV dtype,

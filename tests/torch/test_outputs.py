@@ -1,4 +1,4 @@
-"""Outputs follow the caller's framework (#19): torch tensors in give torch
+"""Outputs follow the caller's framework: torch tensors in give torch
 tensors out (the dtype vLLM's op gives, zero-copy), NumPy in gives NumPy
 out, and ``out=`` returns the caller's own object for both.
 

@@ -1,4 +1,4 @@
-"""The README's torch example (#19) runs: a vLLM-shaped chunked prefill on
+"""The README's torch example runs: a vLLM-shaped chunked prefill on
 CPU torch tensors through torch.ops.vtinfer (store into a (num_blocks, 2,
 ...) cache via kv[:, 0] / kv[:, 1], attention over prefix and suffix,
 merge_attn_states equal to one call), and torch.compile(fullgraph=True) of
