@@ -786,7 +786,7 @@ def _run_batch() -> None:
         todo = [n for n in ROWS if n not in _RESULTS]
 
 
-# Rows that fail today, each owed in .agents/specs/hardening.md (strict: a fix turns them green -> XPASS fails).
+# Rows expected to fail, each listed with its reason in .agents/specs/hardening.md (strict: a fix turns them green -> XPASS fails).
 KNOWN: dict[str, str] = {}  # row name -> why it is an expected failure (none now)
 
 

@@ -1,4 +1,5 @@
-"""Bad input to vLLM's cache ops and the #12 attention arguments: an
+"""Bad input to vLLM's cache ops and to attention's vLLM-surface arguments (fp8 q,
+q_descale, cu_seqlens_k): an
 exception of the right type whose message names the argument, and nothing
 written (every output's bytes are compared before and after)."""
 

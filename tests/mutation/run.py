@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run.py [--fast] [--rev REV] [--keep] [--list] [NAME ...]
 
-Mutation runner (issue #9): every entry of tests/mutation/mutations.toml
+Mutation runner: every entry of tests/mutation/mutations.toml
 plants one defect and names the tests that must go red.  For each mutant:
 
 1. a private copy of the tree at REV (default HEAD: ``git archive``, so

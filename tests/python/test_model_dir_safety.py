@@ -158,7 +158,7 @@ def test_json_documents_are_bounded(tmp_path, monkeypatch):
         _fileio.read_regular(d / "config.json", _fileio.MAX_JSON_BYTES, what=str(d / "config.json"))
 
 
-# ---- item 5: scales as vLLM loads them ----
+# ---- scales as vLLM loads them ----
 
 @pytest.mark.parametrize("value", [1e300, 1e-300, 3.5e38])
 def test_f64_scales_outside_float32_are_refused(tmp_path, value):
