@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -167,9 +170,16 @@ def flash_attn_varlen_func(
     fp8_q = _fp8_query_format(q, q_dtype, kv_cache_dtype, fn)
     if _cuda_ops.is_cuda(q) and (cu_seqlens_k is not None or fp8_q is not None):
         raise NotImplementedError(f"{fn}: cu_seqlens_k and fp8 queries are not supported on CUDA tensors yet")
+    # Arguments derived here from others the caller passed: a refusal that names a derived one is reworded
+    # to name the caller's (the packed form's seqused_k is cu_seqlens_k's lengths; an fp8 q's q_descale is
+    # folded into k_descale).
+    renames: dict[str, str] = {}
     if cu_seqlens_k is not None:
         k, v, seqused_k, block_table = _packed_as_paged(k, v, cu_seqlens_q, cu_seqlens_k, fn)
+        renames.update({"seqused_k": "cu_seqlens_k's sequence lengths", "block_table": "cu_seqlens_k"})
     if fp8_q is not None:
+        if q_descale is not None and k_descale is None and v_descale is None:
+            renames.update({"k_descale and v_descale": "q_descale", "k_descale": "q_descale"})
         q, k_descale = _dequantize_query(q, fp8_q, q_descale, k_descale, cu_seqlens_q, k, fn)
     if _cuda_ops.is_cuda(q):
         return _cuda_ops.flash_attn_varlen_func(
@@ -179,30 +189,46 @@ def flash_attn_varlen_func(
             v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
             num_threads=num_threads, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
         )
-    return _C.flash_attn_varlen_func(
-        q,
-        k,
-        v,
-        cu_seqlens_q=cu_seqlens_q,
-        seqused_k=seqused_k,
-        block_table=block_table,
-        max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        alibi_slopes=_f32(alibi_slopes, "alibi_slopes"),
-        s_aux=_f32(s_aux, "s_aux"),
-        k_descale=_f32(k_descale, "k_descale"),
-        v_descale=_f32(v_descale, "v_descale"),
-        kv_cache_dtype=kv_cache_dtype,
-        out=out,
-        return_lse=return_lse,
-        num_threads=num_threads,
-        k_scale_cache=k_scale_cache,
-        v_scale_cache=v_scale_cache,
-    )
+    with _naming_the_callers_arguments(renames):
+        return _C.flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_seqlens_q,
+            seqused_k=seqused_k,
+            block_table=block_table,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=window_size,
+            softcap=softcap,
+            alibi_slopes=_f32(alibi_slopes, "alibi_slopes"),
+            s_aux=_f32(s_aux, "s_aux"),
+            k_descale=_f32(k_descale, "k_descale"),
+            v_descale=_f32(v_descale, "v_descale"),
+            kv_cache_dtype=kv_cache_dtype,
+            out=out,
+            return_lse=return_lse,
+            num_threads=num_threads,
+            k_scale_cache=k_scale_cache,
+            v_scale_cache=v_scale_cache,
+        )
+
+
+@contextlib.contextmanager
+def _naming_the_callers_arguments(renames: dict[str, str]) -> Iterator[None]:
+    """Re-raise a refusal whose message names an argument derived from the caller's with the caller's name."""
+    try:
+        yield
+    except (ValueError, TypeError, IndexError) as e:
+        msg = str(e)
+        new = msg
+        for old in sorted(renames, key=len, reverse=True):
+            new = re.sub(rf"(?<!\w){re.escape(old)}\b", renames[old], new)
+        if new == msg:
+            raise
+        raise type(e)(new) from None
 
 
 _FP8_Q_NAMES = {"fp8": "e4m3", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}

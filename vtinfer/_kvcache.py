@@ -11,6 +11,7 @@ bit.
 from __future__ import annotations
 
 import html
+import operator
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,16 @@ import numpy as np
 from vtinfer import _C, _cuda_ops, _framework, _tq_ops
 
 __all__ = ["KVLayer", "PagedKVCache", "reshape_and_cache", "reshape_and_cache_flash"]
+
+
+def _layer_index(layer: Any, num_layers: int, fn: str) -> int:
+    """A layer number as an int: ints and NumPy integers (``__index__``), never bool."""
+    if isinstance(layer, (bool, np.bool_)) or not hasattr(type(layer), "__index__"):
+        raise TypeError(f"{fn}: layer must be an int; got {type(layer).__name__}")
+    index = operator.index(layer)
+    if not 0 <= index < num_layers:
+        raise IndexError(f"{fn}: layer must be in [0, {num_layers}); got {layer!r}")
+    return index
 
 
 class KVLayer:
@@ -31,8 +42,7 @@ class KVLayer:
     """
 
     def __init__(self, cache: PagedKVCache, layer: int) -> None:
-        if not isinstance(layer, int) or not 0 <= layer < cache.num_layers:
-            raise IndexError(f"PagedKVCache.layer: layer must be in [0, {cache.num_layers}); got {layer!r}")
+        layer = _layer_index(layer, cache.num_layers, "PagedKVCache.layer")
         self.cache = cache
         self.index = layer
 
@@ -198,8 +208,7 @@ class PagedKVCache(_C.PagedKVCache):
 
     def layer_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """K and V scales of one layer: float32 of shape () or ``[num_kv_heads]``."""
-        if not isinstance(layer, (int, np.integer)) or not 0 <= layer < self.num_layers:
-            raise IndexError(f"PagedKVCache.layer_scales: layer must be in [0, {self.num_layers}); got {layer!r}")
+        layer = _layer_index(layer, self.num_layers, "PagedKVCache.layer_scales")
         out = []
         for s in (self.k_scale, self.v_scale):
             out.append(np.asarray(s if s.ndim == 0 else s[layer], dtype=np.float32))

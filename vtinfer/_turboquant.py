@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,16 @@ def _tq_info(kv_cache_dtype: Any, fn: str):
     return dtype_info(kv_cache_dtype)
 
 
+def _head_size(head_size: Any, fn: str) -> int:
+    """head_size as an int in [1, 65536] (NumPy integers accepted; bool and float refused)."""
+    if isinstance(head_size, (bool, np.bool_)) or not hasattr(type(head_size), "__index__"):
+        raise TypeError(f"{fn}: head_size must be an int; got {type(head_size).__name__}")
+    d = operator.index(head_size)
+    if not 1 <= d <= 65536:
+        raise ValueError(f"{fn}: head_size must be a positive int <= 65536; got {d}")
+    return d
+
+
 def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int) -> int:
     """Bytes of one (token, KV head) slot: vLLM's ``TurboQuantConfig.slot_size_aligned``.
 
@@ -35,9 +46,7 @@ def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int) -> int:
     ``ceil(head_size * key_bits / 8)`` index bytes and an fp16 norm.
     """
     _tq_info(kv_cache_dtype, "turboquant_slot_bytes")
-    if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
-        raise ValueError(f"turboquant_slot_bytes: head_size must be a positive int; got {head_size!r}")
-    return _C.dtype_slot_bytes(kv_cache_dtype, head_size)
+    return _C.dtype_slot_bytes(kv_cache_dtype, _head_size(head_size, "turboquant_slot_bytes"))
 
 
 @functools.lru_cache(maxsize=32)
@@ -154,8 +163,7 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         orthonormal Sylvester Hadamard (its own inverse).
     """
     info = _tq_info(kv_cache_dtype, "turboquant_gather")
-    if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
-        raise ValueError(f"turboquant_gather: head_size must be a positive int; got {head_size!r}")
+    head_size = _head_size(head_size, "turboquant_gather")
     n = int(np.asarray(slots).shape[0]) if np.ndim(slots) == 1 else -1
     if n < 0:
         raise ValueError(f"turboquant_gather: slots must have shape [n]; got {np.ndim(slots)} dimensions")
@@ -242,10 +250,21 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     if bt.ndim != 2 or bt.dtype != np.int32:
         raise ValueError(f"turboquant_attention: block_table must be int32 [batch, max_blocks]; got {bt.dtype} "
                          f"with {bt.ndim} dimensions")
-    if bt.size and (bt.min() < 0 or bt.max() >= shape[0]):
-        raise IndexError(f"turboquant_attention: block_table entries must be in [0, {shape[0]}); got "
-                         f"{bt.min()}..{bt.max()}")
-    used = np.unique(bt) if bt.size else np.zeros(1, np.int32)
+    # Only the entries attention reads (the first ceil(seqused_k[b] / block_size) of row b) must name a block,
+    # as flash_attn_varlen_func requires; the others (vLLM pads with -1 or stale ids) are never read.
+    sk = np.asarray(seqused_k.detach().cpu() if hasattr(seqused_k, "detach") else seqused_k)
+    read = np.zeros(bt.shape, bool)
+    if sk.ndim == 1 and sk.dtype == np.int32 and len(sk) <= bt.shape[0] and bs > 0:
+        need = np.clip((sk.astype(np.int64) + bs - 1) // bs, 0, bt.shape[1])
+        read[: len(sk)] = np.arange(bt.shape[1]) < need[:, None]
+    else:
+        read[...] = True  # flash_attn_varlen_func refuses the seqused_k; every entry is checked meanwhile
+    bad = read & ((bt < 0) | (bt >= shape[0]))
+    if bad.any():
+        b, j = (int(i) for i in np.argwhere(bad)[0])
+        raise IndexError(f"turboquant_attention: block_table[{b}, {j}] must be in [0, {shape[0]}) (a block the "
+                         f"sequence's seqused_k reads); got {bt[b, j]}")
+    used = np.unique(bt[read]) if read.any() else np.zeros(1, np.int32)
     slots = (used.astype(np.int64)[:, None] * bs + np.arange(bs, dtype=np.int64)).reshape(-1)
     k, v = turboquant_gather(kv_cache, slots, kv_cache_dtype, D)
     k = k.reshape(len(used), bs, -1, D)
@@ -255,7 +274,8 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
         qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
     res = flash_attn_varlen_func(
         qf, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k,
-        block_table=np.searchsorted(used, bt).astype(np.int32), softmax_scale=softmax_scale, causal=causal,
+        block_table=np.where(read, np.searchsorted(used, bt), 0).astype(np.int32), softmax_scale=softmax_scale,
+        causal=causal,
         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, return_lse=return_lse,
         num_threads=num_threads)
     out, lse = (res if return_lse else (res, None))

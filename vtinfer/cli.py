@@ -46,6 +46,8 @@ def json_safe(obj: Any) -> Any:
     """``obj`` with every non-finite float replaced by the string ``"NaN"``,
     ``"Infinity"`` or ``"-Infinity"``, so that ``json.dumps`` prints valid JSON
     (config.json files may hold NaN, which Python's and vtinfer's readers accept)."""
+    if hasattr(obj, "dtype") and hasattr(obj, "tolist"):  # NumPy scalars and arrays: their Python values
+        obj = obj.tolist()
     if isinstance(obj, float) and not math.isfinite(obj):
         return "NaN" if obj != obj else ("Infinity" if obj > 0 else "-Infinity")
     if isinstance(obj, dict):

@@ -114,7 +114,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"model            {d['model']}")
     print(f"quant config     {q['read'] or 'none'}  ({q['why']})")
     if q["normalized"] is not None:
-        print(f"  normalized     {json.dumps(q['normalized'], sort_keys=True)}")
+        from vtinfer.cli import dumps
+
+        print(f"  normalized     {dumps(q['normalized'], sort_keys=True)}")
     print(f"kv_cache_dtype   {dec['kv_cache_dtype']} -> vLLM {dec['vllm_cache_dtype']} -> cache {dec['cache_dtype']}"
           f" -> stored as {dec['dtype']}")
     print(f"source           {dec['source']} (declared by checkpoint: {dec['declared_by_checkpoint']})")

@@ -38,10 +38,13 @@ CUDA arm through the functional API).
 tensor([  0.5000, 448.0000])
 """
 
-from typing import Optional
+import functools
+import inspect
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor
 
 from vtinfer import _attention, _cache_ops, _codec, _kvcache
 
@@ -55,6 +58,30 @@ FP8_TORCH_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5
 
 def _fp8_dtype(fmt: str) -> torch.dtype:
     return torch.float8_e5m2 if "e5m2" in fmt.lower() else torch.float8_e4m3fn
+
+
+def _fake(op: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``op.register_fake`` for a fake implementation that also refuses meta tensors passed eagerly.
+
+    torch runs the fake implementation for meta tensors, so without this an
+    eager call on meta tensors would return having computed nothing; under
+    tracing (torch.compile, opcheck) the arguments are FakeTensors and pass.
+    """
+    def register(impl: Callable[..., Any]) -> Any:
+        name = str(op._name).rsplit("::", 1)[-1]
+        signature = inspect.signature(impl)
+
+        @functools.wraps(impl)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for arg, x in signature.bind(*args, **kwargs).arguments.items():
+                if isinstance(x, Tensor) and x.device.type == "meta" and not isinstance(x, FakeTensor):
+                    raise ValueError(f"{name}: {arg} must be a CPU tensor with data; got a meta tensor (vtinfer's "
+                                     "ops compute, they do not only propagate shapes)")
+            return impl(*args, **kwargs)
+
+        return op.register_fake(checked)
+
+    return register
 
 
 # ---- stores: mutate the caches, return nothing ----------------------------------
@@ -79,7 +106,7 @@ def reshape_and_cache_flash(key: Tensor, value: Tensor, key_cache: Tensor, value
                                      k_scale, v_scale, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
 
-@reshape_and_cache_flash.register_fake
+@_fake(reshape_and_cache_flash)
 def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, k_scale_cache=None,
       v_scale_cache=None):
     return None
@@ -96,7 +123,7 @@ def reshape_and_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache
     _kvcache.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
 
 
-@reshape_and_cache.register_fake
+@_fake(reshape_and_cache)
 def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     return None
 
@@ -146,7 +173,7 @@ def flash_attn_varlen_func(
     return out, lse
 
 
-@flash_attn_varlen_func.register_fake
+@_fake(flash_attn_varlen_func)
 def _(q, k, v, cu_seqlens_q, seqused_k, block_table, softmax_scale=None, causal=True, window_left=-1,
       window_right=-1, softcap=0.0, alibi_slopes=None, s_aux=None, k_descale=None, v_descale=None,
       kv_cache_dtype="auto", cu_seqlens_k=None, q_descale=None, k_scale_cache=None, v_scale_cache=None):
@@ -168,7 +195,7 @@ def fp8_quantize(x: Tensor, scale: float = 1.0, fmt: str = "e4m3") -> Tensor:
     return _codec.fp8_quantize(x.contiguous(), scale, fmt)
 
 
-@fp8_quantize.register_fake
+@_fake(fp8_quantize)
 def _(x, scale=1.0, fmt="e4m3"):
     return x.new_empty(x.shape, dtype=_fp8_dtype(fmt))
 
@@ -183,7 +210,7 @@ def fp8_dequantize(codes: Tensor, scale: float = 1.0, fmt: Optional[str] = None,
     return _codec.fp8_dequantize(codes.contiguous(), scale, fmt, dtype)
 
 
-@fp8_dequantize.register_fake
+@_fake(fp8_dequantize)
 def _(codes, scale=1.0, fmt=None, dtype=torch.float32):
     return codes.new_empty(codes.shape, dtype=dtype)
 
@@ -197,7 +224,7 @@ def swap_blocks(src: Tensor, dst: Tensor, block_size_in_bytes: int, block_mappin
     _cache_ops.swap_blocks(src, dst, block_size_in_bytes, block_mapping)
 
 
-@swap_blocks.register_fake
+@_fake(swap_blocks)
 def _(src, dst, block_size_in_bytes, block_mapping):
     return None
 
@@ -208,7 +235,7 @@ def convert_fp8(output: Tensor, input: Tensor, scale: float = 1.0, kv_dtype: str
     _cache_ops.convert_fp8(output, input, scale, kv_dtype)
 
 
-@convert_fp8.register_fake
+@_fake(convert_fp8)
 def _(output, input, scale=1.0, kv_dtype="fp8"):
     return None
 
@@ -222,7 +249,7 @@ def gather_and_maybe_dequant_cache(src_cache: Tensor, dst: Tensor, block_table: 
                                               kv_cache_dtype, scale, seq_starts)
 
 
-@gather_and_maybe_dequant_cache.register_fake
+@_fake(gather_and_maybe_dequant_cache)
 def _(src_cache, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, kv_cache_dtype, scale, seq_starts=None):
     return None
 
@@ -234,7 +261,7 @@ def cp_gather_cache(src_cache: Tensor, dst: Tensor, block_table: Tensor, cu_seq_
     _cache_ops.cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts)
 
 
-@cp_gather_cache.register_fake
+@_fake(cp_gather_cache)
 def _(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts=None):
     return None
 
@@ -252,7 +279,7 @@ def merge_attn_states(output: Tensor, prefix_output: Tensor, prefix_lse: Tensor,
                                  prefill_tokens_with_context, output_scale)
 
 
-@merge_attn_states.register_fake
+@_fake(merge_attn_states)
 def _(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None,
       prefill_tokens_with_context=None, output_scale=None):
     return None

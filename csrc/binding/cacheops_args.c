@@ -64,27 +64,7 @@ int64_t vt_co_view_extent(const vt_tensor *t, const char *fn, const char *arg) {
 }
 
 int vt_co_parse_int(PyObject *obj, const char *fn, const char *arg, int64_t lo, int64_t *out) {
-    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-        PyObject *idx = PyNumber_Check(obj) && !PyFloat_Check(obj) && !PyBool_Check(obj) ? PyNumber_Index(obj) : NULL;
-        if (!idx) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s: %s must be an int; got %s", fn, arg, Py_TYPE(obj)->tp_name);
-            return -1;
-        }
-        long long v = PyLong_AsLongLong(idx);
-        Py_DECREF(idx);
-        if (v == -1 && PyErr_Occurred()) return -1;
-        *out = v;
-    } else {
-        long long v = PyLong_AsLongLong(obj);
-        if (v == -1 && PyErr_Occurred()) return -1;
-        *out = v;
-    }
-    if (*out < lo) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be >= %lld; got %lld", fn, arg, (long long)lo, (long long)*out);
-        return -1;
-    }
-    return 0;
+    return vt_int_arg(obj, fn, arg, lo, INT64_MAX, out);
 }
 
 /* A positive finite scale: a number (a one-element array is turned into

@@ -162,8 +162,11 @@ static PyObject *py_bench_copy(PyObject *m, PyObject *args) {
 static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args) {
     (void)m;
     const char *name;
-    long long d;
-    if (!PyArg_ParseTuple(args, "sL:dtype_slot_bytes", &name, &d)) return NULL;
+    PyObject *d_obj;
+    int64_t d;
+    if (!PyArg_ParseTuple(args, "sO:dtype_slot_bytes", &name, &d_obj) ||
+        vt_int_arg(d_obj, "dtype_slot_bytes", "head_size", INT64_MIN, INT64_MAX, &d) < 0)
+        return NULL;
     int id;
     vt_error err;
     if (vt_dtype_from_name(name, "dtype", &id, &err) != VT_OK) {
@@ -171,7 +174,7 @@ static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args) {
         return NULL;
     }
     if (d <= 0) {
-        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: head_size must be > 0; got %lld", d);
+        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: head_size must be > 0; got %lld", (long long)d);
         return NULL;
     }
     return PyLong_FromSize_t(id < 0 ? 0 : vt_dtype_slot_bytes(id, (size_t)d));

@@ -95,11 +95,16 @@ static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
                              "layout", "k_scale", "v_scale", "model_dtype", NULL};
     vt_module_state *st = vt_state_from_type(type);
     if (!st) return NULL;
-    long long L, nb, bs, H, D;
+    PyObject *dims_obj[5];
+    int64_t dims[5];
     PyObject *dtype_obj, *layout_obj = NULL, *k_obj = NULL, *v_obj = NULL, *model_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LLLLLO|OOO$O:PagedKVCache", kwlist, &L, &nb, &bs, &H, &D, &dtype_obj,
-                                     &layout_obj, &k_obj, &v_obj, &model_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|OOO$O:PagedKVCache", kwlist, &dims_obj[0], &dims_obj[1],
+                                     &dims_obj[2], &dims_obj[3], &dims_obj[4], &dtype_obj, &layout_obj, &k_obj, &v_obj,
+                                     &model_obj))
         return NULL;
+    for (int i = 0; i < 5; i++) /* the core refuses values < 1 by name; here only what is not a 64-bit int */
+        if (vt_int_arg(dims_obj[i], fn, kwlist[i], INT64_MIN, INT64_MAX, &dims[i]) < 0) return NULL;
+    const int64_t L = dims[0], nb = dims[1], bs = dims[2], H = dims[3], D = dims[4];
     int dtype;
     if (vt_parse_dtype_name(dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
     if (dtype == VT_DTYPE_AUTO) {
@@ -168,13 +173,10 @@ int vt_kv_require_storage(KVCacheObject *self, const char *fn) {
 }
 
 int vt_kv_layer_arg(KVCacheObject *self, PyObject *obj, const char *fn, int64_t *layer) {
-    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: layer must be an int; got %s", fn, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    long long v = PyLong_AsLongLong(obj);
-    if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+    int64_t v;
+    if (vt_int_arg(obj, fn, "layer", INT64_MIN, INT64_MAX, &v) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+        PyErr_Clear(); /* beyond 64 bits: out of range like any other layer number */
         v = -1;
     }
     if (v < 0 || v >= vt_kv_cache_get_config(self->c)->num_layers) {

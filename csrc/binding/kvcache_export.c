@@ -210,12 +210,13 @@ static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which
 static int want_versioned(PyObject *mv) {
     if (!mv || mv == Py_None) return 0;
     if (!PyTuple_Check(mv) || PyTuple_GET_SIZE(mv) < 1) return 0;
-    long major = PyLong_AsLong(PyTuple_GET_ITEM(mv, 0));
+    int overflow = 0;
+    long major = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(mv, 0), &overflow);
     if (major == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
-    return major >= 1;
+    return overflow > 0 || major >= 1; /* a major past C's long is a future version, not an error */
 }
 
 PyObject *vt_kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw) {

@@ -190,12 +190,15 @@ static int default_threads(void) {
 
 int vt_num_threads_arg(PyObject *value, const char *fn) {
     if (value == NULL || value == Py_None) return default_threads();
-    if (!PyLong_Check(value) || PyBool_Check(value)) {
+    PyObject *idx = PyBool_Check(value) || PyFloat_Check(value) || !PyIndex_Check(value) ? NULL : PyNumber_Index(value);
+    if (!idx) { /* an int or any __index__ (NumPy integers); never bool or float */
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s: num_threads must be an int or None; got %s", fn, Py_TYPE(value)->tp_name);
         return -1;
     }
     int overflow = 0;
-    long v = PyLong_AsLongAndOverflow(value, &overflow);
+    long v = PyLong_AsLongAndOverflow(idx, &overflow);
+    Py_DECREF(idx);
     if (v == -1 && PyErr_Occurred()) return -1;
     if (overflow > 0 || v > INT_MAX) { /* beyond C's int: refused by name, not a bare OverflowError */
         PyErr_Format(PyExc_ValueError, "%s: num_threads must be <= %d; got %S", fn, INT_MAX, value);

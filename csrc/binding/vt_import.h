@@ -59,4 +59,13 @@ int vt_refuse_shared(const char *fn, const vt_tensor *input, const char *in_name
  * ctx unused: the shape of vt_contig_fn). Returns 0 or -1 (ValueError). */
 int vt_refuse_noncontiguous(void *ctx, vt_tensor *t, const char *fn, const char *arg);
 
+/* An integer argument in [lo, hi]: a Python int or any object with
+ * __index__ (NumPy integers); bool and float are TypeError. A value out of
+ * range, one beyond 64 bits included, is ValueError
+ * "<fn>: <arg> must be in [lo, hi]; got <value>" (">= lo" / "<= hi" when
+ * an end is the 64-bit limit), never a bare OverflowError. Every integer
+ * the binding reads from Python goes through this. 0, or -1 with an
+ * exception set. */
+int vt_int_arg(PyObject *obj, const char *fn, const char *arg, int64_t lo, int64_t hi, int64_t *out);
+
 #endif /* VTINFER_BINDING_IMPORT_H */

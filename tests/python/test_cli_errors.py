@@ -122,6 +122,21 @@ def test_inspect_json_is_strict_json_with_nan_in_the_config(tmp_path):
     _strict(p.stdout.decode())
 
 
+def test_every_json_vtinfer_prints_is_strict(tmp_path):
+    """The JSON inspect's text mode prints (its normalized line) and NumPy values in any --json document
+    (calibrate's scales are NumPy) are strict too."""
+    from vtinfer.cli import dumps
+
+    raw = json.dumps(CFG)[:-1] + ', "quantization_config": {"quant_method": "fp8", "activation_scheme": ' \
+        '"static", "weird": [Infinity, NaN]}}'
+    p = _run("inspect", str(_model(tmp_path / "nan", raw=raw.encode())))
+    assert p.returncode == 0, p.stderr.decode()
+    line = next(x for x in p.stdout.decode().splitlines() if x.strip().startswith("normalized"))
+    assert _strict(line.split(None, 1)[1])["weird"] == ["Infinity", "NaN"]
+    doc = _strict(dumps({"k": np.float32("nan"), "v": np.array([np.inf, 1.0], np.float32), "n": np.int64(3)}))
+    assert doc == {"k": "NaN", "v": ["Infinity", 1.0], "n": 3}
+
+
 def test_paths_that_are_not_utf8_work(tmp_path):
     d = os.path.join(os.fsencode(tmp_path), b"m\xff\xfe-\xe9")
     _model(d)

@@ -191,6 +191,30 @@ def test_fake_impls_compute_nothing():
                                            torch.empty(())) is None
 
 
+def _meta_calls():
+    m = lambda *shape, dtype=torch.float32: torch.empty(*shape, dtype=dtype, device="meta")  # noqa: E731
+    kc = lambda: m(3, BS, HKV, D, dtype=torch.uint8)  # noqa: E731
+    i32 = lambda n: m(n, dtype=torch.int32)  # noqa: E731
+    return {
+        "reshape_and_cache_flash": ("key", lambda: ops.reshape_and_cache_flash(
+            m(2, HKV, D), m(2, HKV, D), kc(), kc(), m(2, dtype=torch.int64), "fp8", m(()), m(()))),
+        "flash_attn_varlen_func": ("q", lambda: ops.flash_attn_varlen_func(
+            m(7, 4, D), kc(), kc(), i32(3), i32(2), m(2, 2, dtype=torch.int32), kv_cache_dtype="fp8_e4m3")),
+        "fp8_quantize": ("x", lambda: ops.fp8_quantize(m(5, 3), 1.0, "e4m3")),
+        "swap_blocks": ("src", lambda: ops.swap_blocks(kc(), kc(), BS * HKV * D, m(1, 2, dtype=torch.int64))),
+        "convert_fp8": ("output", lambda: ops.convert_fp8(m(4, dtype=torch.uint8), m(4), 1.0, "fp8")),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_meta_calls()))
+def test_meta_tensors_passed_eagerly_are_refused_by_name(name):
+    """torch runs an op's fake implementation for meta tensors: an eager call on them must not return as if the
+    op had run (a FakeTensor under tracing still passes: test_fake_impls_compute_nothing, opcheck)."""
+    arg, call = _meta_calls()[name]
+    with pytest.raises(ValueError, match=rf"^{name}: {arg} must be a CPU tensor with data; got a meta tensor"):
+        call()
+
+
 @pytest.mark.parametrize("codes_as", ["float8", "uint8"])
 @pytest.mark.parametrize("kind", ["tensor", "head", "batch"])
 def test_flash_attn_fp8_query_with_q_descale(kind, codes_as):

@@ -42,16 +42,15 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    import json
-
+    from vtinfer.cli import dumps
     from vtinfer.models.calibrate import calibrate
 
     out, cal = calibrate(args.model_dir, args.out, per_head=args.per_head, max_tokens=args.tokens, fmt=args.format,
                          overwrite=args.overwrite)
     ks, vs = cal.scales(args.per_head)
     if args.json:
-        print(json.dumps({"out": str(out), "tokens": cal.tokens, "per_head": args.per_head,
-                          "k_scale": ks.tolist(), "v_scale": vs.tolist()}, indent=2))
+        print(dumps({"out": str(out), "tokens": cal.tokens, "per_head": args.per_head,
+                     "k_scale": ks.tolist(), "v_scale": vs.tolist()}, indent=2))
     else:
         print(f"wrote {out}: {len(ks)} layers, {'per-head' if args.per_head else 'per-layer'} scales = amax / 448 "
               f"from {cal.tokens} tokens; k_scale {float(ks.min()):.3g}..{float(ks.max()):.3g}, "

@@ -49,21 +49,12 @@ static int parse_window(PyObject *obj, int *left, int *right) {
     long v[2];
     for (int i = 0; i < 2; i++) {
         PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
-        if (PyBool_Check(x) || !PyLong_Check(x)) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_TypeError, "%s: window_size must be a pair (left, right) of ints; got %R", FN, obj);
-            return -1;
-        }
-        v[i] = PyLong_AsLong(x);
-        if (v[i] == -1 && PyErr_Occurred()) {
+        int64_t w;
+        if (vt_int_arg(x, FN, i ? "window_size[1]" : "window_size[0]", -1, INT32_MAX, &w) < 0) {
             Py_DECREF(seq);
             return -1;
         }
-        if (v[i] < -1 || v[i] > INT32_MAX) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "%s: window_size must hold values >= -1; got %R", FN, obj);
-            return -1;
-        }
+        v[i] = (long)w;
     }
     Py_DECREF(seq);
     *left = (int)v[0];
@@ -93,16 +84,9 @@ static int parse_float(PyObject *obj, const char *name, double dflt, double *out
 static int parse_opt_int(PyObject *obj, const char *name, long long *out) {
     *out = -1;
     if (obj == NULL || obj == Py_None) return 0;
-    if (PyBool_Check(obj) || !PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must be an int or None; got %s", FN, name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(obj);
-    if (*out == -1 && PyErr_Occurred()) return -1;
-    if (*out < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be >= 0; got %lld", FN, name, *out);
-        return -1;
-    }
+    int64_t v;
+    if (vt_int_arg(obj, FN, name, 0, INT64_MAX, &v) < 0) return -1;
+    *out = (long long)v;
     return 0;
 }
 
