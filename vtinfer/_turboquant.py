@@ -33,8 +33,10 @@ def _head_size(head_size: Any, fn: str) -> int:
     if isinstance(head_size, (bool, np.bool_)) or not hasattr(type(head_size), "__index__"):
         raise TypeError(f"{fn}: head_size must be an int; got {type(head_size).__name__}")
     d = operator.index(head_size)
-    if not 1 <= d <= 65536:
-        raise ValueError(f"{fn}: head_size must be a positive int <= 65536; got {d}")
+    if d < 1:
+        raise ValueError(f"{fn}: head_size must be a positive int; got {d}")
+    if d > 65536:
+        raise ValueError(f"{fn}: head_size must be <= 65536; got {d}")
     return d
 
 
