@@ -26,6 +26,7 @@ import numpy as np
 
 import vtinfer as vt
 from vtinfer.models.blas import blas_threads
+from vtinfer.models import tq_prefill
 from vtinfer.models.config import DecoderConfig
 
 __all__ = ["Decoder", "Session", "rope_inv_freq", "load_weights"]
@@ -173,7 +174,7 @@ class Decoder:
 
     def session(self, kv_cache_dtype: str = "float32", *, max_tokens: int = 2048, block_size: int = 16,
                 k_scale: Any = 1.0, v_scale: Any = 1.0, num_threads: int | None = None,
-                turboquant_boundary: bool = True) -> "Session":
+                turboquant_boundary: bool = True, turboquant_prefill: str = "cache") -> "Session":
         """A single-sequence session with a fresh paged KV cache.
 
         Parameters
@@ -190,9 +191,15 @@ class Decoder:
             ``turboquant_*`` only: keep vLLM's boundary layers (the first and
             last ``min(2, L // 2)``) unquantized, as vLLM does (they stay in
             this decoder's float32; vLLM keeps them in the model dtype).
+        turboquant_prefill : {"cache", "vllm"}
+            ``turboquant_*`` only: ``"cache"`` reads every query's keys from the
+            slot cache (what decode sees); ``"vllm"`` follows vLLM 0.33's
+            TurboQuant prefill (a first chunk attends to its own raw K/V; see
+            :mod:`vtinfer.models.tq_prefill`).
         """
         return Session(self, kv_cache_dtype, max_tokens, block_size, k_scale, v_scale,
-                       self.num_threads if num_threads is None else num_threads, turboquant_boundary)
+                       self.num_threads if num_threads is None else num_threads, turboquant_boundary,
+                       turboquant_prefill)
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """Final norm and LM head on hidden states ``[n, hidden]`` -> ``[n, vocab]`` float32."""
@@ -201,7 +208,7 @@ class Decoder:
     # ---- whole-sequence helpers ----
     def score(self, tokens: Any, kv_cache_dtype: str = "float32", *, chunk: int = 256, k_scale: Any = 1.0,
               v_scale: Any = 1.0, observer: Observer | None = None, block_size: int = 16,
-              turboquant_boundary: bool = True) -> np.ndarray:
+              turboquant_boundary: bool = True, turboquant_prefill: str = "cache") -> np.ndarray:
         """Teacher-forced logits ``[n, vocab]`` for every position of ``tokens``.
 
         The sequence is prefilled ``chunk`` tokens at a time into one paged
@@ -210,7 +217,8 @@ class Decoder:
         """
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
         sess = self.session(kv_cache_dtype, max_tokens=max(len(toks), 1), block_size=block_size,
-                            k_scale=k_scale, v_scale=v_scale, turboquant_boundary=turboquant_boundary)
+                            k_scale=k_scale, v_scale=v_scale, turboquant_boundary=turboquant_boundary,
+                            turboquant_prefill=turboquant_prefill)
         sess.observer = observer
         parts = [sess.prefill(toks[i:i + chunk]) for i in range(0, len(toks), chunk)]
         return np.concatenate(parts) if parts else np.zeros((0, self.config.vocab_size), np.float32)
@@ -352,7 +360,11 @@ class Session:
     """
 
     def __init__(self, model: Decoder, kv_cache_dtype: str, max_tokens: int, block_size: int, k_scale: Any,
-                 v_scale: Any, num_threads: int | None, turboquant_boundary: bool = True) -> None:
+                 v_scale: Any, num_threads: int | None, turboquant_boundary: bool = True,
+                 turboquant_prefill: str = "cache") -> None:
+        if turboquant_prefill not in ("cache", "vllm"):
+            raise ValueError(f"Session: turboquant_prefill must be 'cache' or 'vllm'; got {turboquant_prefill!r}")
+        self.turboquant_prefill = turboquant_prefill
         c = model.config
         self.model = model
         self.kv_cache_dtype = kv_cache_dtype
@@ -481,9 +493,14 @@ class Session:
             t0 = time.perf_counter()
             if i in self._tq:
                 vt.turboquant_store(k, v, self._tq[i], slots, self.turboquant)
-                o = vt.turboquant_attention(q, self._tq[i], cu_seqlens_q=cu, seqused_k=used, block_table=table,
-                                            kv_cache_dtype=self.turboquant, softmax_scale=D ** -0.5, causal=True,
-                                            window_size=self._window, num_threads=self.num_threads)
+                if self.turboquant_prefill == "vllm":
+                    o = tq_prefill.attend(q, k, v, self._tq[i], self.turboquant, cu=cu, used=used, table=table,
+                                          softmax_scale=D ** -0.5, window_size=self._window,
+                                          num_threads=self.num_threads)
+                else:
+                    o = vt.turboquant_attention(q, self._tq[i], cu_seqlens_q=cu, seqused_k=used, block_table=table,
+                                                kv_cache_dtype=self.turboquant, softmax_scale=D ** -0.5,
+                                                causal=True, window_size=self._window, num_threads=self.num_threads)
             else:
                 self.cache.store(i, k, v, slots, num_threads=self.num_threads)
                 kd, vd = self._descale[i]
