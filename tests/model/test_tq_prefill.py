@@ -19,6 +19,7 @@ from tests.numerics.test_kv_formats_tq_store import twin_codebook
 from vtinfer.models import Decoder, tq_prefill
 
 BS, HKV, H = 16, 2, 4
+VLLM_THRESHOLD = 128  # vLLM 0.33's _CONTINUATION_DECODE_THRESHOLD (turboquant_attn.py), stated independently
 
 
 def _twin_kv(fmt, k, v, D):
@@ -46,7 +47,7 @@ def _case(fmt, D, prefix, n, seed):
     vt.turboquant_store(k, v, cache, slots, fmt)  # vLLM stores the batch before it attends
     kq, vq, rotated = _twin_kv(fmt, k, v, D)
     Hd = tq_twin.hadamard(D)
-    if n == 1 or (prefix > 0 and n <= tq_prefill.CONTINUATION_DECODE_THRESHOLD):
+    if n == 1 or (prefix > 0 and n <= VLLM_THRESHOLD):
         K = kq.astype(np.float64) @ Hd.astype(np.float64) if rotated else kq.astype(np.float64)
         V = vq.astype(np.float64)
     else:
