@@ -63,6 +63,10 @@ def test_reference_run_agrees_with_itself_and_bytes_halve(result):
     # turboquant rows: the tiny model's 2 layers are both vLLM boundary layers (unquantized, float32)
     for tq in result["runs"][8:12]:
         assert tq["kv_bytes_per_token"] == ref["kv_bytes_per_token"] and tq["mean_kl"] == 0.0
+        # beside the decode-equivalent figures, vLLM's prefill rules (vtinfer/models/tq_prefill.py)
+        assert {"top1_agreement", "mean_kl", "ppl", "ppl_ratio", "ppl_ratio_se"} <= set(tq["vllm_prefill"])
+        assert tq["vllm_prefill"]["mean_kl"] == 0.0
+    assert all("vllm_prefill" not in r for r in result["runs"][:8])
     # int4: half a byte per element plus the same scales
     i4 = result["runs"][7]
     assert i4["kv_bytes_per_token"] == fp8["kv_bytes_per_token"] // 2 + 2 * 2 * 8

@@ -184,12 +184,17 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
                                          num_kv_heads=model.config.num_kv_heads, head_size=model.config.head_dim,
                                          dtype=dtype).page_bytes // 16
         same = next((i for i, (a, b) in enumerate(zip(gen.tokens, ref_gen.tokens)) if a != b), None)
+        extra: dict[str, Any] = {}
+        if dtype in vt.TURBOQUANT_DTYPES:  # beside the decode-equivalent figures: vLLM's own prefill rules
+            lv = model.score(toks, dtype, turboquant_prefill="vllm")
+            extra["vllm_prefill"] = {**compare(ref_logits, lv), **perplexity_noise(token_nll(lv, toks), ref_nll)}
+            del lv
         runs.append({
             "kv_cache_dtype": dtype, "scales": scales, **acc, **perplexity_noise(nll, ref_nll),
             "prefill_tokens_per_s": len(toks) / (t1 - t0), "decode_tokens_per_s": gen.decode_tokens_per_s,
             "kv_bytes_per_token": int(sess_bytes), "generated_text": gen.text,
             "generation_matches_reference": same is None and len(gen.tokens) == len(ref_gen.tokens),
-            "first_divergence": same,
+            "first_divergence": same, **extra,
         })
         del logits
     cal_scales = {"1.0": (1.0, 1.0), "calibrated": (args_layer["k_scale"], args_layer["v_scale"]),
