@@ -248,25 +248,25 @@ def _ref_attention(q, ks, vs, q_lens, k_lens, scale, window, softcap, sinks, ali
     return torch.cat(outs)
 
 
-CASES = [
-    # kv cache dtype, model dtype name, window, softcap, sinks, alibi, k/v scale
-    ("auto", "bfloat16", None, 0.0, False, False, 1.0),
-    ("auto", "float32", None, 0.0, False, False, 1.0),
-    ("auto", "bfloat16", 12, 0.0, False, False, 1.0),
-    ("auto", "bfloat16", None, 20.0, False, False, 1.0),
-    ("auto", "bfloat16", None, 0.0, True, False, 1.0),
-    ("auto", "bfloat16", None, 0.0, False, True, 1.0),
-    ("float16", "bfloat16", None, 0.0, False, False, 1.0),
-    ("bfloat16", "float32", None, 0.0, False, False, 1.0),
-    ("fp8_e4m3", "bfloat16", None, 0.0, False, False, 0.05),
-    ("fp8_e5m2", "bfloat16", None, 0.0, False, False, 0.5),
-    ("int8_per_token_head", "bfloat16", None, 0.0, False, False, 1.0),
-    ("fp8_per_token_head", "bfloat16", 12, 0.0, False, False, 1.0),
-    ("int8_per_token_head", "float32", None, 0.0, False, False, 1.0),
-]
+CASES = {
+    # id: (kv cache dtype, model dtype name, window, softcap, sinks, alibi, k scale; v scale = 2 k scale)
+    "auto-bf16": ("auto", "bfloat16", None, 0.0, False, False, 1.0),
+    "auto-f32": ("auto", "float32", None, 0.0, False, False, 1.0),
+    "auto-window": ("auto", "bfloat16", 12, 0.0, False, False, 1.0),
+    "auto-softcap": ("auto", "bfloat16", None, 20.0, False, False, 1.0),
+    "auto-sinks": ("auto", "bfloat16", None, 0.0, True, False, 1.0),
+    "auto-alibi": ("auto", "bfloat16", None, 0.0, False, True, 1.0),
+    "f16kv-bf16": ("float16", "bfloat16", None, 0.0, False, False, 1.0),
+    "bf16kv-f32": ("bfloat16", "float32", None, 0.0, False, False, 1.0),
+    "fp8e4m3-scaled": ("fp8_e4m3", "bfloat16", None, 0.0, False, False, 0.05),
+    "fp8e5m2-scaled": ("fp8_e5m2", "bfloat16", None, 0.0, False, False, 0.5),
+    "int8pth-bf16": ("int8_per_token_head", "bfloat16", None, 0.0, False, False, 1.0),
+    "fp8pth-window": ("fp8_per_token_head", "bfloat16", 12, 0.0, False, False, 1.0),
+    "int8pth-f32": ("int8_per_token_head", "float32", None, 0.0, False, False, 1.0),
+}
 
 
-@pytest.mark.parametrize("kv,mdt,window,softcap,sinks,alibi,kvscale", CASES)
+@pytest.mark.parametrize("kv,mdt,window,softcap,sinks,alibi,kvscale", list(CASES.values()), ids=list(CASES))
 def test_store_and_attention_match_reference(vllm_installed, kv, mdt, window, softcap, sinks, alibi, kvscale):
     import torch
 

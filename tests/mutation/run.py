@@ -58,12 +58,20 @@ anything else runs on any CPU.  What this CPU runs is read from
 /proc/cpuinfo's flags (AVX2 = avx2+fma+f16c; AVX-512 = avx512f/bw/vl/dq;
 avx512_bf16), lowered by ``VTINFER_ISA`` (scalar / avx2; avx512 keeps the
 BF16 tile, as the kernels do) and by ``--isa`` (to pretend a lower CPU).
+
+The vLLM plugin (issue #25): a mutant with ``vllm = true`` (implied by an
+edit under vtinfer/vllm/) names tests that import vLLM, which skip where it
+is not installed.  Its tests run with ``VTINFER_REQUIRE_VLLM=1`` (a skip
+cannot pass), so the runner must be started by a python that has vLLM (the
+vLLM venv's); with any other python such a mutant is an ERROR, never a
+survivor, and its tests leave the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -336,6 +344,13 @@ def needs_cuda(m: dict) -> bool:
     return bool(m.get("cuda")) or any(e["file"].startswith("csrc/binding/cuda/") for e in m["edits"])
 
 
+def needs_vllm(m: dict) -> bool:
+    return bool(m.get("vllm")) or any(e["file"].startswith("vtinfer/vllm/") for e in m["edits"])
+
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
 # ---------------------------------------------------------------- testing
 
 
@@ -344,6 +359,8 @@ def env_for(root: Path) -> dict:
     env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["VTINFER_CUDA"] = "0"
+    if HAVE_VLLM:  # the vLLM plugin's tests may not skip under a python that has vLLM
+        env["VTINFER_REQUIRE_VLLM"] = "1"
     env.pop("RECORDS_CHECKER", None)
     return env
 
@@ -504,7 +521,7 @@ def main(argv: list[str]) -> int:
                     results.append((m["name"], "error", "find text not found exactly once", 0.0))
             muts = [m for m in muts if m["name"] not in bad_names]
 
-        union = list(dict.fromkeys(t for m in muts for t in m["tests"]))
+        union = list(dict.fromkeys(t for m in muts for t in m["tests"] if HAVE_VLLM or not needs_vllm(m)))
         ref = run_dir / "unmutated"
         clone(base, ref)
         if cuda:  # the baseline runs every named test, a CUDA mutant's too
@@ -544,6 +561,9 @@ def main(argv: list[str]) -> int:
                     recompile.update(affected_sources(d, e["file"]))
                 if needs_cuda(m) and not cuda:
                     raise RuntimeError("a CUDA-glue mutant needs nvcc and libcudart_static.a (not found)")
+                if needs_vllm(m) and not HAVE_VLLM:
+                    raise RuntimeError("a vLLM-plugin mutant needs vllm importable by this python "
+                                       "(run the runner with the vLLM venv's python)")
                 cudart = cuda[1] if needs_cuda(m) else None
                 if recompile or cudart:
                     ok, log = build(d, sorted(recompile), args.jobs, cudart)

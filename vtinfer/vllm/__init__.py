@@ -8,6 +8,12 @@ points vLLM's ``CPU_ATTN`` backend at :class:`vtinfer.vllm.backend.VtinferAttent
 asked for, so that member is the one to override) and logs one INFO line that
 names vtinfer, its version and the kernels' ISA.
 
+No other part of vLLM is patched: vLLM 0.32's CPU build refuses KV dtypes only
+inside CPU_ATTN itself (its supported list, and ``_get_attn_isa``'s "FP8 KV
+cache on CPU requires x86 with AVX-512 or AMX" in CPU_ATTN's metadata
+builder), which vtinfer's backend replaces whole; the config, the CPU platform
+and the CPU model runner accept every ``CacheDType`` value.
+
 Nothing here imports vLLM at module level: ``import vtinfer`` and
 ``import vtinfer.vllm`` never import it; :func:`register` does, inside vLLM.
 """
@@ -53,11 +59,8 @@ def register() -> None:
 
     import vtinfer
 
-    from vtinfer.vllm import patches
-
     already = AttentionBackendEnum.CPU_ATTN.get_path() == BACKEND_PATH
     register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
-    patches.apply()
     if not already:
         info = vtinfer.build_info()
         logger.info("vtinfer %s attention active (VTINFER_VLLM=1): CPU_ATTN -> %s, ISA %s",
