@@ -79,8 +79,10 @@ class Checkpoint:
                 from vtinfer import ConfigError
 
                 raise ConfigError(f"{index}: weight_map must be a JSON object")
-            shards = tuple(sorted(set(index_member(p, f, f"Checkpoint: {index.name}: shard {f!r}")
-                                      for f in wm.values())))
+            # each distinct shard name checked once: an index names the same few shards for every tensor
+            names = {f if isinstance(f, str) else repr(f): f for f in wm.values()}
+            shards = tuple(sorted({index_member(p, f, f"Checkpoint: {index.name}: shard {f!r}")
+                                   for f in names.values()}))
             for s in shards:
                 if not os.path.lexists(s) or not s.exists():
                     raise FileNotFoundError(f"Checkpoint: shard {s.name} named by {index.name} is missing")

@@ -63,11 +63,12 @@ def inspect_checkpoint(model: str, kv_cache_dtype: str = "auto", kv_cache_memory
     if res.dtype is not None:
         p = vt.plan_kv_cache(ck, kv_cache_dtype, block_size, num_blocks, kv_cache_memory, tensor_parallel_size=tp,
                              kv_cache_dtype_skip_layers=kv_cache_dtype_skip_layers)
+        skipped = set(p.skipped_layers)
         out["plan"] = {"dtype": p.dtype, "block_size": p.block_size, "bytes_per_block": p.bytes_per_block,
                        "num_blocks": p.num_blocks, "tokens": p.tokens, "total_bytes": p.total_bytes,
                        "blocks_from": p.blocks_from, "warnings": list(p.warnings),
                        "tensor_parallel_size": p.tensor_parallel_size, "num_kv_heads_per_rank": p.num_kv_heads,
-                       "layers": [{"layer": i, "dtype": d, "page_bytes": b, "skipped": i in p.skipped_layers}
+                       "layers": [{"layer": i, "dtype": d, "page_bytes": b, "skipped": i in skipped}
                                   for i, (d, b) in enumerate(zip(p.layer_dtypes, p.layer_page_bytes))],
                        "skipped_layers": list(p.skipped_layers), "vllm_block_size": p.vllm_block_size,
                        "skip_page_size_padded": p.skip_page_size_padded}

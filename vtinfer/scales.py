@@ -51,16 +51,22 @@ def _patterns(attn_str: str) -> list[tuple[str, str]]:
     ]
 
 
-def remap_kv_scale_name(name: str, params: Any, messages: list[str] | None = None) -> str | None:
+def remap_kv_scale_name(name: str, params: Any, messages: list[str] | None = None, *,
+                        logged: set[str] | None = None) -> str | None:
     """vLLM's ``maybe_remap_kv_scale_name``: the model parameter a checkpoint
     tensor name loads into, None when the remapped name is not in ``params``
-    (anything supporting ``in`` and iteration), or ``name`` unchanged."""
+    (anything supporting ``in`` and iteration), or ``name`` unchanged.
+    ``logged``: the messages already in ``messages`` (kept up to date), so a
+    caller remapping every tensor of a checkpoint asks in O(1) whether the
+    once-only deprecation line is there, not by scanning a growing log."""
     log = messages if messages is not None else []
     if name in params:
         return name
     if name.endswith(".kv_scale"):
-        if KV_SCALE_DEPRECATED not in log:
+        if KV_SCALE_DEPRECATED not in (logged if logged is not None else log):
             log.append(KV_SCALE_DEPRECATED)
+            if logged is not None:
+                logged.add(KV_SCALE_DEPRECATED)
         remapped = name.replace(".kv_scale", ".attn.k_scale")
         if remapped not in params:
             log.append(f"Found kv_scale in the checkpoint (e.g. {name}), but not found the expected name in the "
@@ -307,6 +313,7 @@ def load_kv_scales(shards: Iterable[str | os.PathLike], num_layers: int, num_kv_
             explain.append({"tensor": name, "shard": ti.file.name, "dtype": ti.dtype, "shape": list(ti.shape),
                             "action": action, "target": target, "why": why})
 
+    logged = set(log)
     for shard in shards:
         for name, ti in read_safetensors_header(shard).items():
             if not (name.endswith(_SUFFIXES) or name.endswith(".kv_scale")):
@@ -314,7 +321,7 @@ def load_kv_scales(shards: Iterable[str | os.PathLike], num_layers: int, num_kv_
                     note(name, ti, "ignored", None, NOT_KV_WHY)
                 continue
             before = len(log)
-            target = remap_kv_scale_name(name, params, log)
+            target = remap_kv_scale_name(name, params, log, logged=logged)
             if target is None:
                 note(name, ti, "ignored", None, log[-1] if len(log) > before else "not a parameter of the model")
                 continue

@@ -85,8 +85,9 @@ def skipped_layers(geo: ModelGeometry, skip: Any, who: str = "plan_kv_cache") ->
     if isinstance(skip, str) or not all(isinstance(x, str) for x in skip):
         raise TypeError(f"{who}: kv_cache_dtype_skip_layers must be a list of str (layer indices such as '0', or "
                         f"'sliding_window'); got {skip!r}")
+    names = set(skip)  # a set: the list may name every one of 65536 layers
     return tuple(s.layer for s in geo.layers
-                 if str(s.layer) in skip or (s.sliding_window is not None and "sliding_window" in skip))
+                 if str(s.layer) in names or (s.sliding_window is not None and "sliding_window" in names))
 
 
 def _heterogeneous_alignment(block_size: int, primary_token: int, skip_token: int) -> tuple[int, int | None]:
@@ -168,7 +169,8 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         kv_cache_dtype_skip_layers = sorted(set(kv_cache_dtype_skip_layers or ()) | set(
             boundary_skip_layers(geo.num_layers)))
     skipped = skipped_layers(geo, kv_cache_dtype_skip_layers)
-    layer_dtypes = tuple(geo.dtype if s.layer in skipped else dtype for s in geo.layers)
+    skipped_set = set(skipped)
+    layer_dtypes = tuple(geo.dtype if s.layer in skipped_set else dtype for s in geo.layers)
 
     def token_bytes(d: str, kv: int, head_dim: int) -> int:
         # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
