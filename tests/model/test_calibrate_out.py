@@ -132,6 +132,80 @@ def test_previous_output_needs_overwrite_and_only_its_own_files_go(tree, cal):
     _refused_unchanged(home, lambda: write_calibrated(m, out, cal, overwrite=True), FileExistsError)
 
 
+def _edit_marker(out, fn):
+    rec = json.loads((out / MARKER).read_text())
+    fn(rec)
+    (out / MARKER).write_text(json.dumps(rec))
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("edit", ["entries_only", "files_wrong_hash", "files_right_size_wrong_hash"])
+def test_an_edited_marker_listing_a_users_file_does_not_get_it_deleted(tree, cal, edit):
+    """The second hostile round: a user's file added to a previous output and listed in an edited marker."""
+    home, m, _ = tree
+    out = home / "cal"
+    write_calibrated(m, out, cal)
+    (out / "mine.txt").write_text("the user's\n")
+
+    def add(rec):
+        rec["entries"].append("mine.txt")
+        if edit != "entries_only":
+            rec["files"]["mine.txt"] = {"size": 11 if edit.startswith("files_right") else 99, "sha256": "0" * 64}
+
+    _edit_marker(out, add)
+    _refused_unchanged(home, lambda: write_calibrated(m, out, cal, overwrite=True), FileExistsError,
+                       r"mine\.txt: not written by vtinfer|mine\.txt: changed since vtinfer wrote it")
+    assert (out / "mine.txt").read_text() == "the user's\n"
+
+
+def test_a_file_vtinfer_wrote_and_the_user_changed_is_kept(tree, cal):
+    home, m, _ = tree
+    out = home / "cal"
+    write_calibrated(m, out, cal)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["my_note"] = "edited by hand"
+    (out / "config.json").write_text(json.dumps(cfg))
+    _refused_unchanged(home, lambda: write_calibrated(m, out, cal, overwrite=True), FileExistsError,
+                       r"config\.json: changed since vtinfer wrote it.*left in place and nothing was removed")
+
+
+def test_marker_names_outside_the_directory_and_symlinks_reach_nothing(tree, cal):
+    """A marker naming ../notes/keep.txt (with its true size and hash) and a symlink to it inside the output:
+    the walk of the output never leaves it, a symlink is never vtinfer's, the user's file survives."""
+    home, m, notes = tree
+    out = home / "cal"
+    write_calibrated(m, out, cal)
+    keep = notes / "keep.txt"
+    rec = {"size": keep.stat().st_size, "sha256": _sha(keep)}
+
+    def add(r):
+        r["entries"] += ["../notes/keep.txt", str(keep), "link.txt"]
+        r["files"].update({"../notes/keep.txt": rec, str(keep): rec, "link.txt": rec})
+
+    _edit_marker(out, add)
+    os.symlink(keep, out / "link.txt")
+    _refused_unchanged(home, lambda: write_calibrated(m, out, cal, overwrite=True), FileExistsError,
+                       r"link\.txt: a symlink")
+    (out / "link.txt").unlink()
+    write_calibrated(m, out, cal, overwrite=True)  # the rest is vtinfer's: replaced; the named outside file stays
+    assert keep.read_text() == "a user's file\n"
+    assert "../notes/keep.txt" not in json.loads((out / MARKER).read_text())["files"]
+
+
+def test_the_marker_records_every_files_size_and_hash(tree, cal):
+    home, m, _ = tree
+    out = home / "cal"
+    write_calibrated(m, out, cal)
+    files = json.loads((out / MARKER).read_text())["files"]
+    on_disk = {p.relative_to(out).as_posix(): p for p in out.rglob("*") if p.is_file() and p.name != MARKER}
+    assert set(files) == set(on_disk)
+    for rel, p in on_disk.items():
+        assert files[rel] == {"size": p.stat().st_size, "sha256": _sha(p)}
+
+
 def test_an_error_midway_leaves_no_temporary_directory(tree, cal, monkeypatch):
     home, m, _ = tree
     C = sys.modules["vtinfer.models.calibrate"]  # the package re-exports a function of the same name

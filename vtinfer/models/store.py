@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MARKER", "cache_dir", "atomic_dir", "written_by_vtinfer", "save_safetensors", "load_safetensors", "write_json"]
+__all__ = ["MARKER", "cache_dir", "atomic_dir", "provenance", "written_by_vtinfer", "save_safetensors", "load_safetensors", "write_json"]
 
 
 def cache_dir() -> Path:
@@ -41,10 +41,35 @@ def _entries(root: Path) -> list[str]:
     return out
 
 
-def written_by_vtinfer(d: Path) -> list[str] | None:
-    """The entries vtinfer recorded in ``d``'s marker when every entry of ``d``
-    is one of them (so removing them removes nothing vtinfer did not write);
-    None otherwise."""
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _record(root: Path) -> dict[str, Any]:
+    """The marker of a directory vtinfer just built: every entry, and each
+    file's size and SHA-256 (the proof, later, that a file is still the one
+    vtinfer wrote)."""
+    import stat
+
+    entries = _entries(root)
+    files: dict[str, dict[str, Any]] = {}
+    dirs = []
+    for e in entries:
+        st = os.lstat(root / e)
+        if stat.S_ISDIR(st.st_mode):
+            dirs.append(e)
+        elif stat.S_ISREG(st.st_mode):
+            files[e] = {"size": st.st_size, "sha256": _sha256(root / e)}
+    return {"written_by": "vtinfer", "entries": sorted(entries), "files": files, "dirs": sorted(dirs)}
+
+
+def _read_marker(d: Path) -> dict[str, Any] | None:
     import stat
 
     m = d / MARKER
@@ -54,13 +79,55 @@ def written_by_vtinfer(d: Path) -> list[str] | None:
         rec = json.loads(m.read_bytes()[: 1 << 24].decode("utf-8"))
     except (OSError, ValueError):
         return None
-    listed = rec.get("entries") if isinstance(rec, dict) and rec.get("written_by") == "vtinfer" else None
-    if not isinstance(listed, list) or not all(isinstance(e, str) for e in listed):
+    return rec if isinstance(rec, dict) and rec.get("written_by") == "vtinfer" else None
+
+
+def provenance(d: Path) -> tuple[list[str], list[str]] | None:
+    """Which entries of ``d`` vtinfer provably wrote: (``ours`` deepest
+    first, ``others`` as "<entry>: <why>"); None when ``d`` has no marker.
+
+    An entry is vtinfer's only when the walk of ``d`` itself finds it (so a
+    name in the marker never reaches outside ``d``: no ``..``, no absolute
+    path, no symlink followed) and the marker records it: a regular file
+    (not a symlink) whose size and SHA-256 still equal the recorded ones, or
+    a real directory. The marker file is vtinfer's when the marker is."""
+    import stat
+
+    rec = _read_marker(d)
+    if rec is None:
         return None
-    have = _entries(d)
-    if not set(have) <= set(listed) | {MARKER}:
-        return None
-    return have
+    files = rec.get("files") if isinstance(rec.get("files"), dict) else {}
+    dirs = set(rec.get("dirs")) if isinstance(rec.get("dirs"), list) else set()
+    ours: list[str] = []
+    others: list[str] = []
+    for e in _entries(d):
+        q = d / e
+        try:
+            st = os.lstat(q)
+        except OSError:
+            continue  # gone meanwhile: nothing to remove
+        if e == MARKER:
+            ours.append(e)
+        elif stat.S_ISLNK(st.st_mode):
+            others.append(f"{e}: a symlink (vtinfer writes none)")
+        elif stat.S_ISDIR(st.st_mode):
+            (ours if e in dirs else others).append(e if e in dirs else f"{e}: a directory vtinfer did not make")
+        elif not stat.S_ISREG(st.st_mode) or not isinstance(files.get(e), dict):
+            others.append(f"{e}: not written by vtinfer" + ("" if "files" in rec else
+                                                            " (the marker of an older vtinfer records no hashes)"))
+        elif files[e].get("size") != st.st_size or files[e].get("sha256") != _sha256(q):
+            others.append(f"{e}: changed since vtinfer wrote it")
+        else:
+            ours.append(e)
+    return ours, others
+
+
+def written_by_vtinfer(d: Path) -> list[str] | None:
+    """The entries of ``d`` (deepest first) when vtinfer provably wrote every
+    one of them (:func:`provenance`), so removing them removes nothing
+    vtinfer did not write; None otherwise."""
+    p = provenance(d)
+    return p[0] if p is not None and not p[1] else None
 
 
 class atomic_dir:
@@ -71,9 +138,10 @@ class atomic_dir:
     run never mistakes half a checkpoint for a whole one. Never removes
     anything vtinfer did not write (issue #15): an existing ``final`` must be
     absent or an empty directory, or, with ``overwrite=True``, a directory
-    whose every entry is listed in the marker file (:data:`MARKER`) that
-    every directory built here carries; anything else raises
-    FileExistsError and changes nothing.
+    whose every entry the marker file (:data:`MARKER`, which every
+    directory built here carries, with each file's size and SHA-256) proves
+    vtinfer's (:func:`provenance`); anything else raises FileExistsError
+    naming the entries that are not, and changes nothing.
     """
 
     def __init__(self, final: str | os.PathLike, overwrite: bool = False, what: str = "out") -> None:
@@ -93,14 +161,21 @@ class atomic_dir:
         have = _entries(f)
         if not have:
             return []
-        listed = written_by_vtinfer(f)
-        if listed is None:
+        prov = provenance(f)
+        if prov is None:
             raise FileExistsError(f"{self.what} must be a new or empty directory; '{f}' holds {len(have)} entries "
                                   f"that vtinfer did not write (nothing was changed)")
+        ours, others = prov
+        if others:
+            shown = "; ".join(others[:5]) + (f"; and {len(others) - 5} more" if len(others) > 5 else "")
+            raise FileExistsError(f"{self.what} must be a new or empty directory, or a previous vtinfer output "
+                                  f"holding only what vtinfer wrote; '{f}' holds {len(others)} entries vtinfer did "
+                                  f"not write or that changed ({shown}): they were left in place and nothing was "
+                                  f"removed")
         if not self.overwrite:
             raise FileExistsError(f"{self.what} must be a new or empty directory; '{f}' is a previous vtinfer "
                                   f"output: pass --overwrite (overwrite=True) to replace it")
-        return listed
+        return ours
 
     def __enter__(self) -> Path:
         self.check()
@@ -115,10 +190,10 @@ class atomic_dir:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             try:
-                write_json(self.tmp / MARKER, {"written_by": "vtinfer", "entries": sorted(_entries(self.tmp))})
+                write_json(self.tmp / MARKER, _record(self.tmp))
                 os.chmod(self.tmp, 0o755)
                 old = self.check()  # again: the directory may have changed while we built
-                for e in old:  # deepest first; only what the marker lists
+                for e in old:  # deepest first; only what provenance() proved vtinfer's (no symlink among them)
                     q = self.final / e
                     (q.rmdir if q.is_dir() and not q.is_symlink() else q.unlink)()
                 os.replace(self.tmp, self.final)  # onto nothing or an empty directory
