@@ -263,7 +263,14 @@ CASES = {
     "int8pth-bf16": ("int8_per_token_head", "bfloat16", None, 0.0, False, False, 1.0),
     "fp8pth-window": ("fp8_per_token_head", "bfloat16", 12, 0.0, False, False, 1.0),
     "int8pth-f32": ("int8_per_token_head", "float32", None, 0.0, False, False, 1.0),
+    "tqk8v4-bf16": ("turboquant_k8v4", "bfloat16", None, 0.0, False, False, 1.0),
+    "tq4bitnc-window": ("turboquant_4bit_nc", "bfloat16", 12, 0.0, False, False, 1.0),
 }
+# TurboQuant's store keeps no rule this file models independently (rotation, Lloyd-Max codebook): its
+# cases check the plumbing (one slot cache for K and V, vLLM's slot page) against attention over the
+# unquantized rows: mean error / mean magnitude under about twice what the presets give (wrong
+# plumbing gives ~1), not bit rules.
+TQ_OUTPUT_REL = {"turboquant_k8v4": 0.2, "turboquant_4bit_nc": 0.2}  # measured 0.094 / 0.116
 
 
 @pytest.mark.parametrize("kv,mdt,window,softcap,sinks,alibi,kvscale", list(CASES.values()), ids=list(CASES))
@@ -326,6 +333,13 @@ def test_store_and_attention_match_reference(vllm_installed, kv, mdt, window, so
     out = torch.full((total + 1, H, D), 7.0, dtype=model_dtype)
     impl.forward(layer, q, k_in, v_in, cache, md, out)
 
+    if kv.startswith("turboquant_"):
+        ref = _ref_attention(q[:total], [k.double() for k in keys], [x.double() for x in vals], q_lens, k_lens,
+                             scale, window, softcap, sink_t, torch.tensor(slopes) if slopes else None)
+        rel = ((out[:total].double() - ref).abs().mean() / ref.abs().mean()).item()
+        assert rel <= TQ_OUTPUT_REL[kv]
+        assert torch.all(out[total] == 7.0)
+        return
     # The cache read through vLLM's own views holds what vLLM's store rules keep.
     kview, vview, ksc, vsc = _triton_views(kv, cache)
     for b in range(3):

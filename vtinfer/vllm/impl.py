@@ -45,8 +45,6 @@ class VtinferAttentionImpl(AttentionImpl):
         self.sinks = sinks
         if sinks is not None and sinks.shape[0] != num_heads:
             raise _refuse(f"sinks must have one logit per query head ({num_heads}); got shape {tuple(sinks.shape)}")
-        if self.family == "turboquant" and (self.alibi_slopes is not None or sinks is not None):
-            raise _refuse(f"{kv_cache_dtype} with ALiBi or sinks is not supported")
         self._views_key: tuple[int, tuple[int, ...]] | None = None
         self._views: layout.KVViews | None = None
 
@@ -71,14 +69,13 @@ class VtinferAttentionImpl(AttentionImpl):
             return
         v = self._kv(kv_cache)
         threads = torch.get_num_threads()
-        if self.family == "turboquant":
-            vt.turboquant_store(key, value, v.key_cache, slot_mapping, self.kv_cache_dtype)
-            return
         kwargs = {}
         if self.family == "per_token_head":
             kwargs = {"k_scale_cache": v.k_scale_cache, "v_scale_cache": v.v_scale_cache}
+        # TurboQuant keeps its scales in each slot: the layer's k/v scales are ignored, as vLLM's TurboQuant does.
+        scales = (None, None) if self.family == "turboquant" else (layer._k_scale, layer._v_scale)
         vt.reshape_and_cache_flash(key, value, v.key_cache, v.value_cache, slot_mapping, self.kv_cache_dtype,
-                                   layer._k_scale, layer._v_scale, num_threads=threads, **kwargs)
+                                   *scales, num_threads=threads, **kwargs)
 
     def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: Any, output: torch.Tensor,
@@ -93,9 +90,6 @@ class VtinferAttentionImpl(AttentionImpl):
         n = m.num_actual_tokens
         v = self._kv(kv_cache)
         threads = torch.get_num_threads()
-        if self.family == "turboquant":
-            self._forward_turboquant(query[:n], v, m, output[:n], threads)
-            return output
         k_descale, v_descale = self._descales(layer)
         kwargs = {}
         if self.family == "per_token_head":
@@ -109,13 +103,3 @@ class VtinferAttentionImpl(AttentionImpl):
             alibi_slopes=self.alibi_slopes, s_aux=self.sinks, k_descale=k_descale, v_descale=v_descale,
             kv_cache_dtype=self.kv_cache_dtype, out=output[:n], num_threads=threads, **kwargs)
         return output
-
-    def _forward_turboquant(self, q: torch.Tensor, v: layout.KVViews, m: Any, out: torch.Tensor,
-                            threads: int) -> None:
-        # vt.turboquant_attention reads NumPy arrays; q is widened to float32 (a copy), the cache is shared.
-        res = vt.turboquant_attention(
-            q.float().numpy(), v.key_cache.numpy(), cu_seqlens_q=m.query_start_loc.numpy(),
-            seqused_k=m.seq_lens.numpy(), block_table=m.block_table.numpy(), kv_cache_dtype=self.kv_cache_dtype,
-            softmax_scale=self.scale, causal=m.causal, window_size=self.window_size, softcap=self.logits_soft_cap,
-            num_threads=threads)
-        out.copy_(torch.from_numpy(res))

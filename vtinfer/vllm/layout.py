@@ -77,7 +77,7 @@ class KVViews(NamedTuple):
     """One layer's cache as vtinfer's ops take it (all views of vLLM's page, never copies)."""
 
     key_cache: Any  # [num_blocks, block_size, H_kv, D | d + 4]; TurboQuant: the slot cache
-    value_cache: Any  # same; None for TurboQuant
+    value_cache: Any  # same; TurboQuant: the same slot cache
     k_scale_cache: Any  # float32 [num_blocks, block_size, H_kv] (per-token-head only)
     v_scale_cache: Any
 
@@ -87,8 +87,8 @@ def kv_views(kv_cache: Any, kv_cache_dtype: str, head_size: int) -> KVViews:
     torch = __import__("torch")
     fam = family(kv_cache_dtype)
     nhd = kv_cache.transpose(1, 2)
-    if fam == "turboquant":
-        return KVViews(nhd, None, None, None)
+    if fam == "turboquant":  # one slot cache holds K and V; vtinfer's functional forms take it as both
+        return KVViews(nhd, nhd, None, None)
     if fam != "per_token_head":
         return KVViews(nhd[..., :head_size], nhd[..., head_size:], None, None)
     half = nhd.shape[-1] // 2
