@@ -255,27 +255,50 @@ static void box_from(const vt_tensor *t, int64_t base, box *b) {
     }
 }
 
-/* Fast proof of disjointness for two views of one layout (same dims and
- * strides), such as kv[:, 0] and kv[:, 1]: along the dim of largest
- * stride S, each view is a row of slices whose byte extent E (the other
- * dims) is <= S. With b = a + d and r = d mod S, a slice of b starts r
- * bytes into a period of a; when r >= E and r + E <= S no slice of b meets
- * a slice of a. Returns 1 when proven disjoint, 0 when it cannot say. */
-static int same_layout_disjoint(const box *a, const box *b) {
-    if (a->nd == 0 || a->nd != b->nd || a->itemsize != b->itemsize) return 0;
-    int k = 0;
-    for (int i = 0; i < a->nd; i++) {
-        if (a->n[i] != b->n[i] || a->s[i] != b->s[i]) return 0;
-        if (a->s[i] > a->s[k]) k = i;
+/* Exact answer for two views of one layout (the same dims and strides) whose
+ * dims nest: sorted by stride, each stride is at least the byte extent of
+ * all the finer dims (itemsize + sum (n_j - 1) s_j). kv[:, 0] / kv[:, 1] are
+ * such views, and so are the K and V halves of vLLM's page, interleaved per
+ * (token, head) row. a's elements start at O = {sum i_j s_j : 0 <= i_j < n_j},
+ * b's at d + O; they share a byte iff d = sum c_j s_j + e with |c_j| < n_j and
+ * |e| < itemsize. Coarsest dim first, nesting leaves at most two c_j per dim,
+ * so the search is O(2^ndim) whatever the sizes (the box splitting below is
+ * O(rows) for interleaved views). Returns 0 disjoint, 1 shared, -1 when the
+ * views are not of one nested layout (the caller falls back). */
+static int64_t div_floor(int64_t x, int64_t y) { return x / y - (x % y != 0 && x < 0); }
+
+static int nested_share(const box *a, int k, const int64_t *rest, int64_t d) {
+    if (k == a->nd) return d > -a->itemsize && d < a->itemsize;
+    const int64_t R = rest[k] + a->itemsize - 1, S = a->s[k], m = a->n[k] - 1;
+    int64_t lo = -div_floor(R - d, S), hi = div_floor(d + R, S); /* ceil((d - R) / S) .. floor((d + R) / S) */
+    if (lo < -m) lo = -m;
+    if (hi > m) hi = m;
+    for (int64_t c = lo; c <= hi; c++)
+        if (nested_share(a, k + 1, rest, d - c * S)) return 1;
+    return 0;
+}
+
+static void box_sort(box *b) { /* dims by stride, largest first */
+    for (int i = 1; i < b->nd; i++)
+        for (int j = i; j > 0 && b->s[j - 1] < b->s[j]; j--) {
+            int64_t t = b->s[j]; b->s[j] = b->s[j - 1]; b->s[j - 1] = t;
+            t = b->n[j]; b->n[j] = b->n[j - 1]; b->n[j - 1] = t;
+        }
+}
+
+static int same_layout_share(box a, box b) {
+    if (a.nd == 0 || a.nd != b.nd || a.itemsize != b.itemsize) return -1;
+    box_sort(&a);
+    box_sort(&b);
+    int64_t rest[VT_MAX_DIMS];
+    int64_t span = 0; /* sum over the finer dims of (n_j - 1) s_j */
+    for (int i = a.nd - 1; i >= 0; i--) {
+        if (a.n[i] != b.n[i] || a.s[i] != b.s[i]) return -1;
+        rest[i] = span;
+        if (a.s[i] < span + a.itemsize) return -1; /* not nested */
+        span += (a.n[i] - 1) * a.s[i];
     }
-    const int64_t S = a->s[k];
-    int64_t E = a->itemsize;
-    for (int i = 0; i < a->nd; i++)
-        if (i != k) E += (a->n[i] - 1) * a->s[i];
-    if (E > S) return 0;
-    int64_t r = (b->base - a->base) % S;
-    if (r < 0) r += S;
-    return r >= E && r + E <= S;
+    return nested_share(&a, 0, rest, b.base - a.base);
 }
 
 int vt_tensor_share_elements(const vt_tensor *a, const vt_tensor *b) {
@@ -284,7 +307,8 @@ int vt_tensor_share_elements(const vt_tensor *a, const vt_tensor *b) {
     box x, y;
     box_from(a, 0, &x);
     box_from(b, (int64_t)((uintptr_t)b->data - (uintptr_t)a->data), &y);
-    if (same_layout_disjoint(&x, &y)) return 0;
+    const int same = same_layout_share(x, y);
+    if (same >= 0) return same;
     int64_t budget = (int64_t)1 << 22;
     return box_share(&x, &y, &budget) != 0;
 }
