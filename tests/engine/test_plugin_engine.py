@@ -1,4 +1,5 @@
-"""One real-engine smoke test of vtinfer's vLLM backend: greedy tokens equal vLLM's own CPU_ATTN's.
+"""One real-engine smoke test of vtinfer's vLLM backend: greedy tokens equal vLLM's own CPU_ATTN's,
+with chunked prefill (a 64-token step budget over ~170-token prompts) and prefix-cache hits.
 
 Each engine runs in its own child process (vLLM loads plugins once per process, so VTINFER_VLLM is
 fixed per process), in-process engine core and ``uni`` executor to keep a start under a minute. The
@@ -23,15 +24,21 @@ import json, sys
 def main():
     from vllm import LLM, SamplingParams
     model, kv = sys.argv[1], sys.argv[2]
-    llm = LLM(model=model, dtype="bfloat16", kv_cache_dtype=kv, enforce_eager=True, max_model_len=256,
-              max_num_seqs=4, seed=0, distributed_executor_backend="uni")
+    # A 64-token step budget splits the long prompts' prefills into chunks; block size 32 with prefix
+    # caching on lets the second pass reuse their cached blocks (a hit on every full block).
+    llm = LLM(model=model, dtype="bfloat16", kv_cache_dtype=kv, enforce_eager=True, max_model_len=512,
+              max_num_seqs=4, seed=0, distributed_executor_backend="uni", max_num_batched_tokens=64,
+              enable_chunked_prefill=True, enable_prefix_caching=True, block_size=32)
     layers = [a for a in llm.llm_engine.vllm_config.compilation_config.static_forward_context.values()
               if hasattr(a, "impl")]
-    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, there was"]
-    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)
+    long = ("The history of the city begins with a small settlement on the river, where traders met to "
+            "exchange grain, salt and cloth. Over the centuries the town grew, built walls and bridges, ") * 4
+    prompts = ["The capital of France is", long + "Today the city is", "def fibonacci(n):", long + "In summary,"]
+    sp = SamplingParams(temperature=0.0, max_tokens=8)
+    first = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, sp, use_tqdm=False)]
+    again = [list(o.outputs[0].token_ids) for o in llm.generate(prompts[::-1], sp, use_tqdm=False)][::-1]
     print("RESULT " + json.dumps({"impl": sorted({type(a.impl).__module__ + "." + type(a.impl).__name__
-                                                   for a in layers}),
-                                  "tokens": [list(o.outputs[0].token_ids) for o in outs]}))
+                                                   for a in layers}), "tokens": first, "again": again}))
 if __name__ == "__main__":
     main()
 """
@@ -74,4 +81,5 @@ def test_greedy_tokens_equal_vllms_cpu_attn(tmp_path):
     assert ours["impl"] == ["vtinfer.vllm.impl.VtinferAttentionImpl"]
     assert theirs["impl"] == ["vllm.v1.attention.backends.cpu_attn.CPUAttentionBackendImpl"]
     assert ours["tokens"] == theirs["tokens"]
+    assert ours["again"] == ours["tokens"] and theirs["again"] == theirs["tokens"]  # prefix-cache hits
     assert all(len(t) == 8 for t in ours["tokens"])
