@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import operator
+import re
 from typing import Any
 
 import numpy as np
@@ -266,6 +267,15 @@ class PagedKVCache(_C.PagedKVCache):
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, **kwargs
         )
 
+    def __repr__(self) -> str:
+        """The C repr with each tensor scale's values (or shape, min and max) beside its mode."""
+        text = super().__repr__()
+        m = re.search(r"k_scale=([\w-]+), v_scale=([\w-]+)", text)
+        if m is None:  # per-token-head formats: the repr says where their scales are
+            return text
+        return text.replace(m.group(0), f"k_scale={_scale_text(self.k_scale)} ({m.group(1)}), "
+                                        f"v_scale={_scale_text(self.v_scale)} ({m.group(2)})")
+
     def _repr_html_(self) -> str:
         rows = [
             ("dtype", self.dtype),
@@ -289,6 +299,16 @@ def _scale_rows(dtype: str, ks: np.ndarray, vs: np.ndarray) -> list[tuple[str, s
     if dtype == "int4_per_token_head":
         rows.append(("codes", "4-bit, two per byte, Hadamard-rotated; zero point in each scale's low 4 bits"))
     return rows
+
+
+def _scale_text(a: Any) -> str:
+    """A scale for a one-line repr: the value, up to 8 values, or shape, min and max."""
+    a = np.asarray(a, np.float32)
+    if a.ndim == 0:
+        return f"{float(a):.6g}"
+    if a.ndim == 1 and a.size <= 8:
+        return "[" + ", ".join(f"{float(x):.6g}" for x in a) + "]"
+    return f"<shape {list(a.shape)}, min {float(a.min()):.6g}, max {float(a.max()):.6g}>"
 
 
 def _scale_summary(a: np.ndarray) -> str:

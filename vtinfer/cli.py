@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -42,6 +43,44 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def int_option(lo: int, hi: int = 2**31 - 1) -> Any:
+    """An argparse ``type`` for an integer option in [lo, hi]: anything else is
+    argparse's one-line error, exit status 2, before any work starts."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}]; got {v}" if hi < 2**31 - 1 else
+                                             f"must be an integer >= {lo}; got {v}")
+        return v
+
+    parse.__name__ = "integer"  # argparse's "invalid integer value" wording, should it ever show
+    return parse
+
+
+def remember_options(parser: argparse.ArgumentParser) -> None:
+    """Record the subcommand's ``--option`` spellings (by Python name) for :func:`user_words`."""
+    opts = {a.dest: a.option_strings[-1] for a in parser._actions
+            if a.option_strings and a.option_strings[-1].startswith("--") and a.nargs != 0 and a.dest != "help"}
+    parser.set_defaults(_cli_options=opts)
+
+
+# A leading "name: " that is vtinfer's own function or class (plan_kv_cache, DecoderConfig, inspect, ...), not a
+# file (config.json: ...): a user of the command line did not call it.
+_INTERNAL_PREFIX = re.compile(r"^(?:(?![\w.]+\.(?:json|safetensors|gguf|txt|md|bin|py|png)\b)[A-Za-z_][\w.]*: )+")
+
+
+def user_words(msg: str, options: dict[str, str]) -> str:
+    """An error message in the command line's words: vtinfer's internal function names dropped and the
+    Python argument names of the subcommand's options spelled as options (block_size -> --block-size)."""
+    msg = _INTERNAL_PREFIX.sub("", msg, count=1)
+    for dest in sorted(options, key=len, reverse=True):
+        msg = re.sub(rf"(?<![\w.-]){re.escape(dest)}(?![\w-])", options[dest], msg)
+    return msg
+
+
 def json_safe(obj: Any) -> Any:
     """``obj`` with every non-finite float replaced by the string ``"NaN"``,
     ``"Infinity"`` or ``"-Infinity"``, so that ``json.dumps`` prints valid JSON
@@ -71,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="show the build, the CPU kernels chosen and the KV-cache dtypes")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_cmd_info)
+    remember_options(info)
     from vtinfer.inspect_cmd import add_parser as _add_inspect
 
     _add_inspect(sub)
@@ -102,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except USER_ERRORS as e:
         msg = explain_import_error(e) or " ".join(str(e).split()) or type(e).__name__
+        msg = user_words(msg, getattr(args, "_cli_options", {}))
         print(f"vtinfer {args.command}: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 
@@ -102,6 +103,46 @@ def _runs(rows: list[dict]) -> list[tuple[int, int, dict]]:
     return out
 
 
+_LAYER = re.compile(r"(?<=layers\.)(0|[1-9][0-9]*)(?=\.)")
+
+
+def _natural(text: str) -> tuple:
+    """Sort key: digit runs compare as numbers (layers.2 before layers.10)."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+
+
+def _spans(nums: list[int]) -> str:
+    """0,1,2,3,5,7,8 -> "0-3, 5, 7-8"."""
+    out: list[str] = []
+    for n in sorted(set(nums)):
+        if out and n == last + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+        last = n
+    return ", ".join(out)
+
+
+def _fold_by_layer(entries: list[dict]) -> list[tuple[tuple, list[int]]]:
+    """The scale-tensor lines with the layer number of each name as N, one line per pattern (the layers it
+    covers listed as spans), in numeric order of the first layer."""
+    groups: dict[tuple, list[int]] = {}
+    for e in entries:
+        m = _LAYER.search(e["tensor"])
+        layer = int(m.group(1)) if m else None
+        pat = (lambda t: _LAYER.sub("N", t, count=1)) if m else (lambda t: t)
+        tgt = e["target"] or ""
+        if m and tgt and _LAYER.search(tgt) and int(_LAYER.search(tgt).group(1)) != layer:
+            pat = lambda t: t  # noqa: E731  (a target in another layer: keep the line as it is)
+            layer = None
+        why = re.sub(rf"\blayer {layer}\b", "layer N", e["why"]) if layer is not None else e["why"]
+        key = (e["action"], pat(e["tensor"]), pat(tgt) if tgt else tgt, e["dtype"], str(e["shape"]), why)
+        groups.setdefault(key, [])
+        if layer is not None:
+            groups[key].append(layer)
+    return sorted(groups.items(), key=lambda kv: (min(kv[1]) if kv[1] else -1, _natural(kv[0][1])))
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     d = inspect_checkpoint(args.model, args.kv_cache_dtype, args.kv_cache_memory, args.num_blocks, args.block_size,
                            tensor_parallel_size=args.tensor_parallel_size,
@@ -147,9 +188,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"  log            {m}")
     if d["scale_tensors"]:
         print("scale tensors    what vLLM does with each *_scale / *zero_point tensor")
-        for e in d["scale_tensors"]:
-            to = f" -> {e['target']}" if e["action"] == "remapped" else ""
-            print(f"  {e['action']:<9}{e['tensor']} {e['dtype']}{e['shape']}{to}  ({e['why']})")
+        for (action, tensor, target, dtype, shape, why), layers in _fold_by_layer(d["scale_tensors"]):
+            to = f" -> {target}" if action == "remapped" else ""
+            where = f"layers {_spans(layers)}; " if layers else ""
+            print(f"  {action:<9}{tensor} {dtype}{shape}{to}  ({where}{why})")
     p = d["plan"]
     if p:
         tp = p["tensor_parallel_size"]
@@ -182,16 +224,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
+    from vtinfer.cli import int_option, remember_options
+
     ins = sub.add_parser("inspect", help="show how vLLM would choose the KV-cache dtype for a checkpoint, its "
                                          "scales and the cache plan")
     ins.add_argument("model", metavar="MODEL_DIR")
     ins.add_argument("--kv-cache-dtype", default="auto")
     ins.add_argument("--kv-cache-memory", default=None, help="e.g. 8GiB")
-    ins.add_argument("--num-blocks", type=int, default=None)
-    ins.add_argument("--block-size", type=int, default=16)
-    ins.add_argument("--tensor-parallel-size", type=int, default=1,
+    ins.add_argument("--num-blocks", type=int_option(1), default=None)
+    ins.add_argument("--block-size", type=int_option(1), default=16)
+    ins.add_argument("--tensor-parallel-size", type=int_option(1), default=1,
                      help="show each rank's heads, scale slices and plan as vLLM shards them")
     ins.add_argument("--kv-cache-dtype-skip-layers", nargs="+", default=None, metavar="LAYER",
                      help="layers kept at the model dtype: indices such as 0, or sliding_window (vLLM 0.33)")
     ins.add_argument("--json", action="store_true", help="print one stable JSON object")
     ins.set_defaults(func=cmd_inspect)
+    remember_options(ins)

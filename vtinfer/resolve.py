@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vtinfer import _C
+from vtinfer._dtypes import KV_CACHE_DTYPES
 from vtinfer.checkpoint import Checkpoint
 
 
@@ -57,6 +58,19 @@ class Resolution:
     messages: tuple[str, ...]
 
 
+def _check_flag(flag: object) -> None:
+    """An unknown flag: the values vtinfer stores (from the dtype table), then vLLM's other names with why."""
+    if not isinstance(flag, str):
+        return  # the C resolver's TypeError
+    vllm = _C.vllm_kv_cache_dtypes()
+    if flag in vllm or flag in KV_CACHE_DTYPES:
+        return
+    others = [x for x in vllm if x not in KV_CACHE_DTYPES]
+    raise ValueError(f"resolve_kv_cache_dtype: kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (what "
+                     f"vtinfer stores); got {flag[:64]!r}. vLLM also accepts {', '.join(others)}: vtinfer resolves "
+                     "them as vLLM does but has no storage format for them")
+
+
 def resolve_kv_cache_dtype(kv_cache_dtype: str, model: str | os.PathLike | Checkpoint) -> Resolution:
     """Resolve ``kv_cache_dtype`` against a checkpoint as vLLM does.
 
@@ -82,6 +96,7 @@ def resolve_kv_cache_dtype(kv_cache_dtype: str, model: str | os.PathLike | Check
     FileNotFoundError
         No config.json.
     """
+    _check_flag(kv_cache_dtype)
     ck = model if isinstance(model, Checkpoint) else Checkpoint(model)
     hq = str(ck.hf_quant_config_path) if ck.hf_quant_config_path else None
     r = _C.resolve_kv_cache_dtype(kv_cache_dtype, str(ck.config_path), hq)

@@ -65,12 +65,12 @@ def _cases(tmp: Path, model: Path):
         yield cmd, [*pre, str(afile), *extra], ["afile.txt"]
     yield "convert-gguf", [str(missing), "--out", str(tmp / "o")], ["missing"]
     yield "convert-gguf", [str(afile)], ["--out"]
-    for bad, word in (("abc", "--block-size"), ("0", "block_size"), ("-3", "block_size")):
+    for bad, word in (("abc", "--block-size"), ("0", "--block-size"), ("-3", "--block-size")):
         yield "inspect", [str(model), "--block-size", bad], [word]
-    for bad, word in (("abc", "--num-blocks"), ("0", "num_blocks"), ("-1", "num_blocks")):
+    for bad, word in (("abc", "--num-blocks"), ("0", "--num-blocks"), ("-1", "--num-blocks")):
         yield "inspect", [str(model), "--num-blocks", bad], [word]
     for bad in ("lots", "0", "1 parsec"):
-        yield "inspect", [str(model), "--kv-cache-memory", bad], ["kv_cache_memory"]
+        yield "inspect", [str(model), "--kv-cache-memory", bad], ["--kv-cache-memory"]
     yield "inspect", [str(model), "--kv-cache-memory", "-5GiB"], ["--kv-cache-memory"]
     yield "inspect", [str(model), "--kv-cache-dtype", "int4"], ["int4"]
     yield "inspect", [str(model), "--no-such-flag"], ["--no-such-flag"]

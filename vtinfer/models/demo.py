@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,47 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     }
 
 
+#: Columns of the report's tables and legend (paths and the prompt may run longer).
+REPORT_WIDTH = 100
+#: The table's short names for the scale choices (the legend says what each is).
+_SCALE_SHORT = {"calibrated-per-head": "calib/head"}
+LEGEND = (
+    "scales: - = none (a float cache); 1.0 = every scale 1; calibrated = per-layer amax / 448 from calibration "
+    "text (calib/head: one per KV head); per-token-head = a float32 scale per (token, KV head), computed at store; "
+    "in-slot = TurboQuant keeps its scales inside each (token, KV head) slot. KV B/token: cache bytes per token "
+    "over all layers, K and V, scales included.",
+    "top-1 and mean KL: agreement with the float32-KV run's next-token distributions; text: whether greedy "
+    "generation equals the float32-KV run's ('differs at N': the first generated token that differs, counting "
+    "from 0). ppl +- se: the standard error of the perplexity (batch means over 32-token batches: how far it "
+    "would move on other text of this length); vs float32 +- se: ppl / the float32 run's ppl - 1 with the paired "
+    "standard error of that gap (both runs score the same tokens, so it is far smaller; a gap within about 2 se "
+    "is not a difference).",
+    "speed (columns marked *): tokens per second of one run on this machine; they are noise under load (other "
+    "processes, frequency scaling): compare them only between rows of one run on an idle machine.",
+)
+
+
+def _table(hdr: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    w = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(hdr)]
+    out = ["  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)).rstrip(), "  ".join("-" * x for x in w)]
+    return out + ["  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip() for row in rows]
+
+
+def _tables(runs: list[dict[str, Any]]) -> list[str]:
+    """Accuracy, then size and speed: two tables of one row per run, each within REPORT_WIDTH."""
+    acc, speed = [], []
+    for x in runs:
+        name, sc = x["kv_cache_dtype"], _SCALE_SHORT.get(x["scales"], x["scales"])
+        acc.append((name, sc, f"{x['top1_agreement']:.4f}", f"{x['mean_kl']:.2e}",
+                    f"{x['ppl']:.3f} +- {x['ppl_se']:.3f}",
+                    f"{100 * (x['ppl_ratio'] - 1):+.2f}% +- {100 * x['ppl_ratio_se']:.2f}%"))
+        speed.append((name, sc, str(x["kv_bytes_per_token"]), f"{x['prefill_tokens_per_s']:.0f}",
+                      f"{x['decode_tokens_per_s']:.1f}",
+                      "same" if x["generation_matches_reference"] else f"differs at {x['first_divergence']}"))
+    return (_table(("kv cache", "scales", "top-1", "mean KL", "ppl +- se", "vs float32 +- se"), acc) + [""] +
+            _table(("kv cache", "scales", "KV B/token", "prefill tok/s*", "decode tok/s*", "text"), speed))
+
+
 def format_report(r: dict[str, Any]) -> str:
     """The human report: a few lines and one table."""
     p = r["plan"]
@@ -242,30 +284,10 @@ def format_report(r: dict[str, Any]) -> str:
     for kind, d in r.get("calibrated_dirs", {}).items():
         lines.append(f"calibrated copy ({kind}): {d}")
     lines.append("")
-    hdr = ("kv cache", "scales", "top-1", "mean KL", "ppl +- se", "vs float32 +- se", "prefill tok/s",
-           "decode tok/s", "KV B/token", "text")
-    rows = []
-    for x in r["runs"]:
-        ratio = f"{100 * (x['ppl_ratio'] - 1):+.2f}% +- {100 * x['ppl_ratio_se']:.2f}%"
-        rows.append((x["kv_cache_dtype"], x["scales"], f"{x['top1_agreement']:.4f}", f"{x['mean_kl']:.2e}",
-                     f"{x['ppl']:.3f} +- {x['ppl_se']:.3f}", ratio, f"{x['prefill_tokens_per_s']:.0f}",
-                     f"{x['decode_tokens_per_s']:.1f}",
-                     str(x["kv_bytes_per_token"]),
-                     "same" if x["generation_matches_reference"] else f"differs at {x['first_divergence']}"))
-    w = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(hdr)]
-    lines.append("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)).rstrip())
-    lines.append("  ".join("-" * w[i] for i in range(len(hdr))))
-    for row in rows:
-        lines.append("  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip())
+    lines += _tables(r["runs"])
     text = " ".join((r["runs"][0]["generated_text"] or "").split())
-    lines += ["",
-              "top-1 and mean KL: agreement with the float32-KV run's next-token distributions; text: whether "
-              "greedy generation equals the float32-KV run's ('differs at N': the first generated token that "
-              "differs, counting from 0). ppl +- se: the standard error of the perplexity (batch means over "
-              "32-token batches: how far it would move on other text of this length); vs float32 +- se: ppl / "
-              "the float32 run's ppl - 1 with the paired standard error of that gap (both runs score the same "
-              "tokens, so it is far smaller; a gap within about 2 se is not a difference).",
-              f"prompt: {' '.join(r['prompt'].split())!r}",
+    lines += [""] + [ln for para in LEGEND for ln in textwrap.wrap(para, REPORT_WIDTH)]
+    lines += [f"prompt: {' '.join(r['prompt'].split())!r}",
               f"float32 KV output: {text[:200]!r}",
               f"(accuracy vs the float32-KV run; {r['seconds']:.0f} s in all)"]
     return "\n".join(lines)
