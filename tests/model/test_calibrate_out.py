@@ -95,7 +95,7 @@ def test_cli_refuses_in_one_line_and_the_user_file_survives(tree):
                                 "--tokens", "8", *extra], capture_output=True, text=True, timeout=300)
             assert p.returncode == 2, (out, p.stderr)
             lines = p.stderr.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith("vtinfer calibrate: out must"), p.stderr
+            assert len(lines) == 1 and lines[0].startswith("vtinfer calibrate: --out must"), p.stderr
     assert _snapshot(home) == before
 
 
