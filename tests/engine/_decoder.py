@@ -29,7 +29,6 @@ class DecoderFigures:
         self.ref_logits = self.dec.score(tokens, "float32")
         self.ref_top = M.topk_from_logits(self.ref_logits, k)
         self._cache: dict[str, dict[str, Any]] = {}
-        self._rounding: dict[str, float] | None = None
 
     def actual_logprobs(self, logits: np.ndarray) -> np.ndarray:
         """log P(tokens[i + 1] | tokens[:i + 1]) for i < n - 1 (vLLM's prompt_logprobs order)."""
@@ -69,28 +68,6 @@ class DecoderFigures:
             out["full_kl"] = float(M.full_kl(self.ref_logits, logits).mean())
             self._cache[name] = out
         return self._cache[name]
-
-    def bf16_attention_rounding(self) -> dict[str, float]:
-        """The effect on the scored log-probabilities of rounding every layer's attention output to
-        bfloat16 once (float32 decoder, float32 KV): ``rms`` and ``max`` of the change."""
-        if self._rounding is None:
-            import ml_dtypes
-
-            import vtinfer as vt
-
-            orig = vt.flash_attn_varlen_func
-
-            def rounded(*a: Any, **kw: Any) -> np.ndarray:
-                return np.asarray(orig(*a, **kw)).astype(ml_dtypes.bfloat16).astype(np.float32)
-
-            vt.flash_attn_varlen_func = rounded
-            try:
-                logits = self.dec.score(self.tokens, "float32")
-            finally:
-                vt.flash_attn_varlen_func = orig
-            d = np.abs(self.actual_logprobs(logits) - self.actual_logprobs(self.ref_logits))
-            self._rounding = {"rms": float(np.sqrt(np.mean(d * d))), "max": float(d.max())}
-        return self._rounding
 
 
 def e4m3_toward_zero(x: np.ndarray) -> np.ndarray:

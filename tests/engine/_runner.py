@@ -1,34 +1,34 @@
-"""The engine tests' child process: vLLM engines run one after another, their outputs written as JSON.
+"""The engine tests' child process: vLLM engines run one after another, their outputs as JSON.
 
-``python tests/engine/_runner.py JOB.json OUT.json``
+``python tests/engine/_runner.py MODEL_DIR``: reads one ENGINE spec (JSON) per line on stdin, runs
+that engine, prints its result as one line ``@@RESULT@@ {json}`` on stdout (vLLM's log lines go
+there too), and exits at end of input. The tests never import vLLM themselves: each group of
+engines that shares an environment (vLLM loads its plugins once per process, so ``VTINFER_VLLM`` is
+fixed per process) is one such child, and an engine is only started when a test asks for it.
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process and the ``uni`` executor
+keeps the model here too, so an engine starts in seconds instead of re-importing vLLM in two more
+processes. A ``tensor_parallel_size`` above 1 uses vLLM's multiprocessing executor.
 
-The tests never import vLLM themselves: each group of engines that shares an environment (vLLM's
-plugins load once per process, so ``VTINFER_VLLM`` is fixed per process) runs here, in one process,
-one engine at a time (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process and
-the ``uni`` executor keeps the model here too, so an engine starts in seconds instead of re-importing
-vLLM in two more processes). A ``tensor_parallel_size`` above 1 uses vLLM's multiprocessing executor.
+ENGINE::
 
-JOB::
+    {"name": str, "llm": {LLM keyword arguments},
+     "prompts": [[token ids], ...], "gen_tokens": int,
+     "score": [token ids] | null, "logprobs": int}
 
-    {"model": DIR, "engines": [ENGINE, ...]}
-    ENGINE = {"name": str, "llm": {LLM keyword arguments},
-              "prompts": [[token ids], ...], "gen_tokens": int,
-              "score": [token ids] | null, "logprobs": int}
+RESULT::
 
-OUT (one entry per engine, in order)::
-
-    {"engines": [{"name", "error": str | null, "backend": [class paths], "impl": [class paths],
-                  "num_blocks", "block_size", "cache_dtype", "kv_cache": [[shape], dtype],
-                  "greedy": [{"tokens": [...], "logprobs": [...]}, ...],
-                  "score": {"actual": [...], "top_ids": [[...]], "top_lps": [[...]]} | null,
-                  "seconds": {"start", "greedy", "score"}}, ...]}
+    {"name", "error": str | null, "backend": [class paths], "impl": [class paths],
+     "num_blocks", "block_size", "cache_dtype", "kv_cache": [[shape], dtype],
+     "greedy": [{"tokens": [...], "logprobs": [...], "margins": [...]}, ...],
+     "score": {"actual": [...], "top_ids": [[...]], "top_lps": [[...]]} | null,
+     "seconds": {"start", "greedy", "score"}}
 
 ``score``: teacher-forced over the given tokens. Position i (0-based, i = 0 .. n - 1) is the
 distribution of the token after ``tokens[:i + 1]``: ``actual[i]`` the log-probability of
 ``tokens[i + 1]`` (absent for the last position), ``top_ids[i]`` / ``top_lps[i]`` the ``logprobs``
 most likely tokens by rank and their log-probabilities (vLLM's log-softmax over the whole vocabulary).
 Positions 0 .. n - 2 come from vLLM's ``prompt_logprobs``, the last from the one generated token's
-``logprobs``.
+``logprobs``. ``greedy``: each generated token's log-probability and its margin over the runner-up.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ def _top(entry: dict, k: int) -> tuple[list[int], list[float]]:
     ranked = sorted(((lp.rank, tok, lp.logprob) for tok, lp in entry.items() if lp.rank is not None
                      and lp.rank <= k))
     return [t for _, t, _ in ranked], [float(x) for _, _, x in ranked]
+
+
+def _greedy(o: Any) -> dict[str, Any]:
+    """Generated tokens, each one's log-probability and its margin over the runner-up (``logprobs=2``)."""
+    lps, margins = [], []
+    for d, t in zip(o.logprobs, o.token_ids):
+        lp = float(d[t].logprob)
+        other = [float(x.logprob) for tok, x in d.items() if tok != t]
+        lps.append(lp)
+        margins.append(lp - max(other) if other else float("inf"))
+    return {"tokens": list(o.token_ids), "logprobs": lps, "margins": margins}
 
 
 def _backend_info(llm: Any) -> dict[str, Any]:
@@ -80,12 +91,9 @@ def _run_engine(llm_cls: Any, sp_cls: Any, model: str, spec: dict[str, Any]) -> 
         if prompts:
             t1 = time.perf_counter()
             sp = sp_cls(temperature=0.0, max_tokens=int(spec.get("gen_tokens", 32)), ignore_eos=True,
-                        logprobs=0, detokenize=False)
+                        logprobs=2, detokenize=False)
             res = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-            out["greedy"] = [{"tokens": list(r.outputs[0].token_ids),
-                              "logprobs": [float(d[t].logprob) for d, t in zip(r.outputs[0].logprobs,
-                                                                                 r.outputs[0].token_ids)]}
-                             for r in res]
+            out["greedy"] = [_greedy(r.outputs[0]) for r in res]
             out["seconds"]["greedy"] = time.perf_counter() - t1
         toks = spec.get("score")
         if toks:
@@ -121,24 +129,26 @@ def _shutdown(llm: Any) -> None:
         destroy_distributed_environment()
 
 
+MARK = "@@RESULT@@ "
+
+
 def main(argv: list[str]) -> int:
-    job_path, out_path = argv[1], argv[2]
-    with open(job_path) as f:
-        job = json.load(f)
+    model = argv[1]
     from vllm import LLM, SamplingParams
 
-    results = []
-    for spec in job["engines"]:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        spec = json.loads(line)
         try:
-            results.append(_run_engine(LLM, SamplingParams, job["model"], spec))
+            res = _run_engine(LLM, SamplingParams, model, spec)
         except Exception:  # one engine's failure is that test's failure, not the others'
-            results.append({"name": spec["name"], "error": traceback.format_exc()})
+            res = {"name": spec["name"], "error": traceback.format_exc()}
             gc.collect()
-        print(f"[engine runner] {spec['name']}: "
-              f"{'error' if results[-1].get('error') else 'ok'} {results[-1].get('seconds')}",
+        print(f"[engine runner] {spec['name']}: {'error' if res.get('error') else 'ok'} {res.get('seconds')}",
               file=sys.stderr, flush=True)
-        with open(out_path, "w") as f:  # written after every engine: a killed run keeps what it finished
-            json.dump({"engines": results}, f)
+        sys.stdout.write(MARK + json.dumps(res) + "\n")
+        sys.stdout.flush()
     return 0
 
 

@@ -40,8 +40,9 @@ def test_harness_positions_line_up_with_the_decoder(engines, decoder):
     theirs = decoder.actual_logprobs(decoder.ref_logits)
     assert mine.shape == theirs.shape == (len(decoder.tokens) - 1,)
     d = np.abs(mine - theirs)
-    bound = 0.25 * decoder.bf16_attention_rounding()["rms"]  # far below any bf16 effect
-    assert d.max() <= bound, (d.max(), bound)
+    # two float32 implementations of one model agree to ~1e-5 (measured max 4.3e-5); a shifted position
+    # or another token moves a log-probability by nats: 1e-3 lies > 20x from both
+    assert d.max() <= 1e-3, d.max()
     top = np.array([ids[0] for ids in ref["score"]["top_ids"]])
     assert np.mean(top == decoder.ref_top[0][:, 0]) == 1.0
 

@@ -57,11 +57,28 @@ def register() -> None:
         return
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
+    register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
+    if logger.isEnabledFor(logging.INFO):
+        announce()
+
+
+_announced = False
+
+
+def announce() -> None:
+    """Log, once per process, the INFO line that names vtinfer as vLLM's attention.
+
+    :func:`register` calls it when vLLM's logging is already set up; in a process where vLLM loads
+    its plugins before it configures logging (the front end and an in-process engine core: the
+    ``vllm`` logger is then still at the root's WARNING and the line would be dropped), the first
+    attention layer built calls it instead (``VtinferAttentionImpl.__init__``).
+    """
+    global _announced
+    if _announced:
+        return
     import vtinfer
 
-    already = AttentionBackendEnum.CPU_ATTN.get_path() == BACKEND_PATH
-    register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
-    if not already:
-        info = vtinfer.build_info()
-        logger.info("vtinfer %s attention active (VTINFER_VLLM=1): CPU_ATTN -> %s, ISA %s",
-                    info["version"], BACKEND_PATH, info["isa"])
+    _announced = True
+    info = vtinfer.build_info()
+    logger.info("vtinfer %s attention active (VTINFER_VLLM=1): CPU_ATTN -> %s, ISA %s",
+                info["version"], BACKEND_PATH, info["isa"])

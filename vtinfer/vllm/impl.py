@@ -8,7 +8,7 @@ import torch
 from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
 import vtinfer as vt
-from vtinfer.vllm import layout
+from vtinfer.vllm import announce, layout
 
 
 def _refuse(what: str) -> NotImplementedError:
@@ -23,6 +23,7 @@ class VtinferAttentionImpl(AttentionImpl):
                  logits_soft_cap: float | None = None, attn_type: str = AttentionType.DECODER,
                  kv_sharing_target_layer_name: str | None = None, sinks: torch.Tensor | None = None,
                  **unsupported: Any) -> None:
+        announce()  # vLLM's log names vtinfer once per process, whenever its logging came up
         if attn_type != AttentionType.DECODER:
             raise _refuse(f"attention type must be decoder; got {attn_type} (encoder and cross attention "
                           "have no vtinfer path yet)")
