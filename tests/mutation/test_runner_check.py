@@ -121,7 +121,7 @@ def test_a_mutant_this_cpu_cannot_run_is_not_run_here_and_the_run_passes(runner,
 
 
 def test_list_marks_the_mutants_a_lower_cpu_cannot_run(runner):
-    p = _run("--list", "--isa", "avx2")
+    p = _run("--list", "--isa", "avx2", "--rev", "WORKTREE")
     assert p.returncode == 0 and "this CPU runs: avx2" in p.stdout, p.stdout
     marked = {ln.split()[0] for ln in p.stdout.splitlines() if "(not run here: needs " in ln}
     assert {"attn-bf16dot-wrong-key-column", "attn-bf16dot-transpose-wrong-block",
