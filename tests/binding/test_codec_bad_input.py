@@ -120,6 +120,17 @@ def test_out_overlapping_input_is_refused():
         vt.fp8_quantize(buf[:16], out=buf.view(np.uint8)[:16])
 
 
+def test_out_between_the_inputs_elements_is_not_overlap():
+    # x's elements at bytes 0-3, 16-19, 32-35; out's 3 bytes at 8-10 lie inside x's extent, in the
+    # gap between its elements: disjoint, so the quantize runs and gives the bytes of a copy of x.
+    buf = np.zeros(16, np.float32)
+    buf[[0, 4, 8]] = [1.5, -2.0, 448.0]
+    x, out = buf[0:12:4], buf.view(np.uint8)[8:11]
+    want = vt.fp8_quantize(x.copy())
+    assert vt.fp8_quantize(x, out=out) is out
+    np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("n", [0, -1, True, 2.0, "4"])
 def test_bad_num_threads(n):
     with pytest.raises((ValueError, TypeError), match="num_threads must be"):

@@ -255,26 +255,43 @@ static void box_from(const vt_tensor *t, int64_t base, box *b) {
     }
 }
 
-/* Exact answer for two views of one layout (the same dims and strides) whose
- * dims nest: sorted by stride, each stride is at least the byte extent of
- * all the finer dims (itemsize + sum (n_j - 1) s_j). kv[:, 0] / kv[:, 1] are
- * such views, and so are the K and V halves of vLLM's page, interleaved per
- * (token, head) row. a's elements start at O = {sum i_j s_j : 0 <= i_j < n_j},
- * b's at d + O; they share a byte iff d = sum c_j s_j + e with |c_j| < n_j and
- * |e| < itemsize. Coarsest dim first, nesting leaves at most two c_j per dim,
- * so the search is O(2^ndim) whatever the sizes (the box splitting below is
- * O(rows) for interleaved views). Returns 0 disjoint, 1 shared, -1 when the
- * views are not of one nested layout (the caller falls back). */
+/* Exact answer for two views whose coarsest dims are one layout (the same
+ * sizes and strides, sorted by stride) and nest: each shared stride S_i is at
+ * least R_i + max(T_a, T_b), where R_i = sum over the finer shared dims of
+ * (n_j - 1) S_j and T_x is the byte extent of view x's remaining (tail)
+ * dims. kv[:, 0] / kv[:, 1] are such views (empty tails), and so are vLLM's
+ * per-token-head code rows (tail: the head_size bytes) and their float32
+ * scales (tail: one element) in one page. With d = b.base - a.base, a's
+ * elements are sum i_j S_j + tail_a and b's d + sum i'_j S_j + tail_b; they
+ * share a byte iff for some c_j = i_j - i'_j (|c_j| < n_j) tail_a and tail_b
+ * moved by d - sum c_j S_j share one. Coarsest dim first, nesting leaves at
+ * most two c_j per dim, so the search is O(2^dims) tail tests whatever the
+ * sizes (the box splitting below is O(rows) for interleaved views). Returns
+ * 0 disjoint, 1 shared, -1 when the views' coarsest dims are not one nested
+ * layout (the caller falls back). */
 static int64_t div_floor(int64_t x, int64_t y) { return x / y - (x % y != 0 && x < 0); }
 
-static int nested_share(const box *a, int k, const int64_t *rest, int64_t d) {
-    if (k == a->nd) return d > -a->itemsize && d < a->itemsize;
-    const int64_t R = rest[k] + a->itemsize - 1, S = a->s[k], m = a->n[k] - 1;
-    int64_t lo = -div_floor(R - d, S), hi = div_floor(d + R, S); /* ceil((d - R) / S) .. floor((d + R) / S) */
+typedef struct nest {
+    int k;                                      /* shared dims, coarsest first */
+    int64_t S[VT_MAX_DIMS], m[VT_MAX_DIMS], R[VT_MAX_DIMS];
+    box ta, tb;                                 /* the tails, based at 0 */
+    int64_t Ta, Tb;                             /* their byte extents */
+    int64_t budget;
+} nest;
+
+static int nested_share(nest *q, int i, int64_t d) {
+    if (i == q->k) {
+        box b = q->tb;
+        b.base = d;
+        return box_share(&q->ta, &b, &q->budget) != 0;
+    }
+    const int64_t S = q->S[i], m = q->m[i];
+    /* c S in the open interval (d - T_a - R_i, d + T_b + R_i) */
+    int64_t lo = div_floor(d - q->Ta - q->R[i], S) + 1, hi = -div_floor(-(d + q->Tb + q->R[i]), S) - 1;
     if (lo < -m) lo = -m;
     if (hi > m) hi = m;
     for (int64_t c = lo; c <= hi; c++)
-        if (nested_share(a, k + 1, rest, d - c * S)) return 1;
+        if (nested_share(q, i + 1, d - c * S)) return 1;
     return 0;
 }
 
@@ -286,19 +303,38 @@ static void box_sort(box *b) { /* dims by stride, largest first */
         }
 }
 
-static int same_layout_share(box a, box b) {
-    if (a.nd == 0 || a.nd != b.nd || a.itemsize != b.itemsize) return -1;
+static void box_tail(const box *x, int k, box *t) { /* dims k.. of x, based at 0 */
+    t->base = 0;
+    t->itemsize = x->itemsize;
+    t->nd = x->nd - k;
+    for (int i = 0; i < t->nd; i++) {
+        t->n[i] = x->n[k + i];
+        t->s[i] = x->s[k + i];
+    }
+}
+
+static int nested_layout_share(box a, box b) {
     box_sort(&a);
     box_sort(&b);
-    int64_t rest[VT_MAX_DIMS];
-    int64_t span = 0; /* sum over the finer dims of (n_j - 1) s_j */
-    for (int i = a.nd - 1; i >= 0; i--) {
-        if (a.n[i] != b.n[i] || a.s[i] != b.s[i]) return -1;
-        rest[i] = span;
-        if (a.s[i] < span + a.itemsize) return -1; /* not nested */
-        span += (a.n[i] - 1) * a.s[i];
+    nest q;
+    q.k = 0;
+    while (q.k < a.nd && q.k < b.nd && a.n[q.k] == b.n[q.k] && a.s[q.k] == b.s[q.k]) q.k++;
+    if (q.k == 0) return -1;
+    box_tail(&a, q.k, &q.ta);
+    box_tail(&b, q.k, &q.tb);
+    q.Ta = box_hi(&q.ta);
+    q.Tb = box_hi(&q.tb);
+    const int64_t T = q.Ta > q.Tb ? q.Ta : q.Tb;
+    int64_t span = 0; /* sum over the finer shared dims of (n_j - 1) S_j */
+    for (int i = q.k - 1; i >= 0; i--) {
+        q.S[i] = a.s[i];
+        q.m[i] = a.n[i] - 1;
+        q.R[i] = span;
+        if (q.S[i] < span + T) return -1; /* not nested */
+        span += q.m[i] * q.S[i];
     }
-    return nested_share(&a, 0, rest, b.base - a.base);
+    q.budget = (int64_t)1 << 22;
+    return nested_share(&q, 0, b.base - a.base);
 }
 
 int vt_tensor_share_elements(const vt_tensor *a, const vt_tensor *b) {
@@ -307,8 +343,8 @@ int vt_tensor_share_elements(const vt_tensor *a, const vt_tensor *b) {
     box x, y;
     box_from(a, 0, &x);
     box_from(b, (int64_t)((uintptr_t)b->data - (uintptr_t)a->data), &y);
-    const int same = same_layout_share(x, y);
-    if (same >= 0) return same;
+    const int nested = nested_layout_share(x, y);
+    if (nested >= 0) return nested;
     int64_t budget = (int64_t)1 << 22;
     return box_share(&x, &y, &budget) != 0;
 }
