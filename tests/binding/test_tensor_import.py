@@ -234,6 +234,21 @@ def test_input_inside_a_destination_is_refused_and_nothing_written(which):
     assert np.array_equal(kc, before[0]) and np.array_equal(vc, before[1])
 
 
+def test_input_in_the_gaps_between_cache_rows_is_stored():
+    # Rows of [K | spare]: key_cache is the K halves, the key input the spare halves (dims of other
+    # sizes and strides, inside the cache's extent, no element shared). It is stored as a copy is.
+    rng = np.random.default_rng(8)
+    buf = rng.standard_normal((2, 4, 2, 16)).astype(np.float32)
+    kc, key = buf[..., :8], buf[..., 8:].reshape(8, 2, 8)
+    vc = np.zeros((2, 4, 2, 8), np.float32)
+    want_k, want_v = kc.copy(), vc.copy()
+    slots = np.array([6, 1, 3], np.int64)
+    vt.reshape_and_cache_flash(key[:3].copy(), key[:3].copy(), want_k, want_v, slots, "auto", 1.0, 1.0)
+    vt.reshape_and_cache_flash(key[:3], key[:3], kc, vc, slots, "auto", 1.0, 1.0)
+    np.testing.assert_array_equal(kc, want_k)
+    np.testing.assert_array_equal(vc, want_v)
+
+
 def test_paged_cache_store_refuses_a_view_of_its_own_layer():
     c = vt.PagedKVCache(2, 4, 4, 2, 8, "float32")
     c.store(0, np.ones((16, 2, 8), np.float32), np.ones((16, 2, 8), np.float32) * 2, np.arange(16))
