@@ -118,7 +118,11 @@ def read_regular(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, what: str
         size = os.fstat(f.fileno()).st_size
         if size > limit:
             raise _config_error(f"{what or path} must be at most {limit} bytes; got {size}")
-        data = f.read(limit + 1)
+        # read what fstat says is there (not limit + 1 bytes: read(n) allocates n bytes up front),
+        # then what a file that grew since holds, up to one byte past the limit
+        data = f.read(min(size, limit) + 1)
+        if len(data) > size:
+            data += f.read(limit + 1 - len(data))
     if len(data) > limit:
         raise _config_error(f"{what or path} must be at most {limit} bytes; got more")
     return data

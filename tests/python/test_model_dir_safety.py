@@ -158,6 +158,25 @@ def test_json_documents_are_bounded(tmp_path, monkeypatch):
         _fileio.read_regular(d / "config.json", _fileio.MAX_JSON_BYTES, what=str(d / "config.json"))
 
 
+
+def test_a_file_longer_than_its_stat_size_is_read_whole_or_refused(tmp_path, monkeypatch):
+    # read_regular reads the fstat size (+1 byte), not the limit; a file longer than fstat said (it
+    # grew) is still read to its end, or refused past the limit
+    from vtinfer import _fileio
+
+    f = tmp_path / "c.json"
+    f.write_bytes(b"x" * 100)
+    real = os.fstat
+
+    class Stat:
+        def __init__(self, st):
+            self.st_mode, self.st_size = st.st_mode, 10
+
+    monkeypatch.setattr(os, "fstat", lambda fd: Stat(real(fd)))
+    assert _fileio.read_regular(f, 1000) == b"x" * 100
+    with pytest.raises(vt.ConfigError, match="at most 50 bytes; got more"):
+        _fileio.read_regular(f, 50)
+
 # ---- scales as vLLM loads them ----
 
 @pytest.mark.parametrize("value", [1e300, 1e-300, 3.5e38])
