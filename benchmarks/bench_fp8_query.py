@@ -1,4 +1,4 @@
-"""fp8 queries (issue #12) next to bf16 queries: decode and prefill time of
+"""fp8 queries next to bf16 queries: decode and prefill time of
 vt.flash_attn_varlen_func with a float8_e4m3fn q and q_descale (num_seqs,
 num_kv_heads) against the same call with the bf16 q, on bf16 and fp8 KV
 caches. Interleaved repeats, best of each; prints ratios (fp8-q time over

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TurboQuant KV accuracy on the demo's model and text (#14 item 6): top-1 agreement, mean KL and the
+"""TurboQuant KV accuracy on the demo's model and text: top-1 agreement, mean KL and the
 perplexity ratio of each turboquant_* preset (vLLM's boundary layers kept, and all layers quantized)
 against the float32-KV run, teacher-forced in 256-token chunks as `vtinfer demo` scores.
 

@@ -31,14 +31,14 @@ def fp8_dequantize(
 ) -> np.ndarray: ...
 def convert(x: Any, dtype: Any, *, out: np.ndarray | None = None, num_threads: int | None = None) -> np.ndarray: ...
 
-# resolver (#5): csrc/binding/resolver_binding.c
+# resolver: csrc/binding/resolver_binding.c
 def json_loads(text: bytes, name: str | None = None, *, max_depth: int = 0, max_bytes: int = 0) -> Any: ...
 def resolve_kv_cache_dtype(
     kv_cache_dtype: str, config: bytes | str, hf_quant_config: bytes | str | None = None, *, layers: bool = True
 ) -> dict[str, Any]: ...
 def vllm_kv_cache_dtypes() -> tuple[str, ...]: ...
 
-# kv-cache (#3): csrc/binding/kvcache_binding.c
+# kv-cache: csrc/binding/kvcache_binding.c
 class PagedKVCache:
     num_layers: int
     num_blocks: int
@@ -113,7 +113,7 @@ def reshape_and_cache(
     num_threads: int | None = None,
 ) -> None: ...
 
-# --- attention (issue #4) ---
+# --- attention ---
 def flash_attn_varlen_func(
     q: Any,
     k: Any,

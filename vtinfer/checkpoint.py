@@ -62,7 +62,7 @@ class Checkpoint:
         cfg = p / "config.json"
         if not os.path.lexists(cfg):
             raise FileNotFoundError(f"Checkpoint: {p} must contain config.json; got none")
-        # issue #15: only regular files inside the directory are read (vtinfer/_fileio.py)
+        # only regular files inside the directory are read (vtinfer/_fileio.py)
         check_inside(cfg, p, f"Checkpoint: {cfg}")
         config = _C.json_loads(read_regular(cfg, what=f"Checkpoint: {cfg}"), display(cfg))
         if not isinstance(config, dict):

@@ -30,7 +30,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 # What a user can get wrong (paths, arguments, files): one line on stderr and
-# exit status 2, for every subcommand (issue #15). ConfigError/VtinferError
+# exit status 2, for every subcommand. ConfigError/VtinferError
 # are ValueErrors; OSError covers missing files, permissions, FIFOs refused.
 USER_ERRORS = (OSError, ValueError, NotImplementedError, TypeError, ImportError, IndexError, OverflowError,
                UnicodeError)

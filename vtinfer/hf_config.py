@@ -9,7 +9,7 @@ _DTYPE_NAMES = {"float32": "float32", "float": "float32", "float16": "float16", 
                 "bfloat16": "bfloat16", "fp16": "float16", "bf16": "bfloat16"}
 
 
-# issue #15: geometry far beyond any model is refused by name before any
+# geometry far beyond any model is refused by name before any
 # per-layer work (num_hidden_layers: 10**9 used to build 10**9 layer specs).
 # The largest released models have ~130 layers, 128 heads, head_dim 256.
 MAX_GEOMETRY = {"num_hidden_layers": 1 << 16, "n_layer": 1 << 16, "num_layers": 1 << 16,

@@ -177,7 +177,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
               f"{' (per KV head, compressed-tensors attn_head)' if s['per_head'] else ''}")
     if "k_scale" in (s["layers"][0] if s["layers"] else {}):
         print(f"  {'layer':>5}  {'k_scale':>12}  {'v_scale':>12}  {'q_scale':>12}  origin")
-        # issue #15: consecutive layers with the same scales fold into one row
+        # consecutive layers with the same scales fold into one row
         # ("0-29 ... ignored (1.0)" on an unquantized model, not 30 rows)
         for first, last, row in _runs(s["layers"]):
             flag = "  (1.0)" if row["is_one"] else ""

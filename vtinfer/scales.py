@@ -94,7 +94,7 @@ class AttentionParams:
     the zero points when ``zero_points`` (compressed-tensors creates them so
     llm-compressor's checkpoints load)."""
 
-    # issue #15: a layer index as vLLM's parameter names write it (ASCII digits,
+    # a layer index as vLLM's parameter names write it (ASCII digits,
     # no leading zero): "layers.01." or "layers.\u0661." names no parameter
     _re = re.compile(r"(?:^|\.)layers\.(0|[1-9][0-9]*)\.(?:.*\.)?attn\.([qkv])_(scale|zero_point)$")
 
@@ -143,7 +143,7 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, TensorInfo]:
     from vtinfer._stheader import parse_header
 
     p = Path(path)
-    # issue #15: a regular file only, and exactly the headers the safetensors library accepts
+    # a regular file only, and exactly the headers the safetensors library accepts
     with open_regular(p) as f:
         entries = parse_header(f, str(p))
     return {name: TensorInfo(name, dt, shape, b, e, p) for name, (dt, shape, b, e) in entries.items()}
@@ -232,7 +232,7 @@ def _vals(name: str, ti: TensorInfo, want: tuple[int, ...], what: str) -> np.nda
         raise ValueError(f"load_kv_scales: {name} must hold {' or '.join(map(str, want))} element(s) ({what}); "
                          f"got shape {list(ti.shape)}")
     vals = read_tensor(ti).reshape(-1)
-    # issue #15: vLLM loads scales into float32 parameters: an F64 scale that
+    # vLLM loads scales into float32 parameters: an F64 scale that
     # overflows to inf or underflows to 0 in float32 is refused, the rest rounded
     with np.errstate(over="ignore", under="ignore"):
         f32 = vals.astype(np.float32)

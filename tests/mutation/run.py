@@ -59,7 +59,7 @@ anything else runs on any CPU.  What this CPU runs is read from
 avx512_bf16), lowered by ``VTINFER_ISA`` (scalar / avx2; avx512 keeps the
 BF16 tile, as the kernels do) and by ``--isa`` (to pretend a lower CPU).
 
-The vLLM plugin (issue #25): a mutant with ``vllm = true`` (implied by an
+The vLLM plugin: a mutant with ``vllm = true`` (implied by an
 edit under vtinfer/vllm/) names tests that import vLLM, which skip where it
 is not installed.  Its tests run with ``VTINFER_REQUIRE_VLLM=1`` (a skip
 cannot pass), so the runner must be started by a python that has vLLM (the

@@ -56,7 +56,7 @@ def test_inspect_folds_equal_layers_and_the_block_warning(tmp_path):
     assert "warning" not in p.stdout and "fallback: give --num-blocks or --kv-cache-memory" in p.stdout, p.stdout
 
 
-# ------------------------------------------------ the CLI in the user's words (#24)
+# ------------------------------------------------ the CLI in the user's words
 
 def _cli(*argv, timeout=120):
     import os

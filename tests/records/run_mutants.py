@@ -10,7 +10,7 @@ disjoint sets of tests.
 By default a mutated copy is written to a temporary folder and the real file
 is never touched.  --in-place mutates the real file and restores it after
 each run, printing its sha256 before and after.  Not collected by pytest
-(no test_ prefix); the hardening runner (#9) may import MUTANTS.
+(no test_ prefix); the hardening runner may import MUTANTS.
 """
 
 from __future__ import annotations

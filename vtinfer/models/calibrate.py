@@ -159,7 +159,7 @@ def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, c
         from vtinfer.scales import read_safetensors_header
 
         # shards keep their path relative to the model directory, so index entries
-        # a/w.safetensors and b/w.safetensors stay two files (issue #15)
+        # a/w.safetensors and b/w.safetensors stay two files
         rels = [shard.relative_to(ck.path).as_posix() for shard in ck.shards]
         scales_file = SCALES_FILE
         while scales_file in rels:

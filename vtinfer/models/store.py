@@ -136,7 +136,7 @@ class atomic_dir:
     A failed or interrupted build leaves nothing at ``final`` and removes the
     temporary directory (and any parent directory this created), so a later
     run never mistakes half a checkpoint for a whole one. Never removes
-    anything vtinfer did not write (issue #15): an existing ``final`` must be
+    anything vtinfer did not write: an existing ``final`` must be
     absent or an empty directory, or, with ``overwrite=True``, a directory
     whose every entry the marker file (:data:`MARKER`, which every
     directory built here carries, with each file's size and SHA-256) proves
