@@ -87,6 +87,20 @@ def follows(primary: str, *, fp8_fmt: str | None = None, dtype: str | None = Non
         pos = names.index(primary)
         dpos = names.index(dtype) if dtype else -1
 
+        def reader(name: str | None) -> Callable[[tuple, dict], Any]:
+            """The argument ``name`` of one call (its default when not passed), without binding the
+            whole signature (inspect's bind cost more than the C call of a decode step)."""
+            if name is None or name not in sig.parameters:
+                return lambda args, kwargs: None
+            p = sig.parameters[name]
+            i = names.index(name) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None
+            default = None if p.default is p.empty else p.default
+            if i is None:
+                return lambda args, kwargs: kwargs.get(name, default)
+            return lambda args, kwargs: args[i] if len(args) > i else kwargs.get(name, default)
+
+        read_fmt, read_out = reader(fp8_fmt), reader("out")
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             x = args[pos] if len(args) > pos else kwargs.get(primary)
@@ -101,12 +115,8 @@ def follows(primary: str, *, fp8_fmt: str | None = None, dtype: str | None = Non
                 elif dtype in kwargs:
                     kwargs[dtype] = numpy_dtype(kwargs[dtype], torch)
             result = fn(*args, **kwargs)
-            bound = sig.bind(*args, **kwargs)
-            fmt = None
-            if fp8_fmt is not None:
-                bound.apply_defaults()
-                fmt = fp8_name(bound.arguments[fp8_fmt])
-            out = bound.arguments.get("out")
+            fmt = fp8_name(read_fmt(args, kwargs)) if fp8_fmt is not None else None
+            out = read_out(args, kwargs)
             if isinstance(result, tuple):
                 first = out if out is not None else to_torch(result[0], torch, fmt)
                 return (first, *(to_torch(r, torch, fmt) for r in result[1:]))
