@@ -14,7 +14,16 @@
  * map (e5m2 is fp16's top byte; e4m3's magnitude shifted by 7 is fp16 at
  * 2^-8 of the value, NaN mapped to fp16 NaN) and F16C, then a multiply by
  * 2^8, which is exact. AVX2 has no byte-masked loads: a row's last partial
- * chunk is copied to a zero-padded buffer first. */
+ * chunk is copied to a zero-padded buffer first.
+ *
+ * int4_per_token_head runs the same tile with the int4 tile's arithmetic
+ * (attn_avx512_int4.c; twin: the scalar tile's int4 path): each query row
+ * rotated once (vt_attn_int4_rotate_q), a 16-element chunk is 8 bytes of
+ * codes whose low nibbles (the even elements) and high nibbles (the odd
+ * ones) become float32 minus the key's zero point, in bf16's even/odd
+ * chunk order; the logit multiplier is softmax_scale / b times key j's
+ * masked K scale, its masked V scale goes on its weight, and the
+ * accumulator is rotated back (s ⊙ (H acc) / b) at the end. */
 #include "attn_internal.h"
 #include "simd_avx2.h"
 
@@ -63,7 +72,7 @@ T static AI __m256 tanh8(__m256 x) {
 }
 
 static inline int chunk_pos(vt_dtype dt, int e) {
-    if (dt == VT_DTYPE_BF16) return (e & 1) * 8 + (e >> 1);
+    if (dt == VT_DTYPE_BF16 || dt == VT_DTYPE_INT4_PTH) return (e & 1) * 8 + (e >> 1);
     return e;
 }
 
@@ -87,8 +96,27 @@ T static AI void dec16(vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
     }
 }
 
-/* Chunk c of a row: in place when whole, else through a zero-padded copy. */
-T static AI void dec_chunk(vt_dtype dt, const uint8_t *row, int c, int D, int esz, __m256 *a, __m256 *b) {
+/* 16 int4 codes (8 bytes: element 2i in byte i's low nibble, 2i + 1 in its high one) minus the
+ * zero point zp, as evens (a) and odds (b). */
+T static AI void dec16_i4(const uint8_t *src, __m256 zp, __m256 *a, __m256 *b) {
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)src));
+    *a = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(0xF))), zp);
+    *b = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4)), zp);
+}
+
+/* Chunk c of a row: in place when whole, else through a zero-padded copy (int4: its codes minus
+ * the zero point zp; lanes past the row then hold -zp, where q is 0). */
+T static AI void dec_chunk(vt_dtype dt, const uint8_t *row, int c, int D, int esz, float zp, __m256 *a, __m256 *b) {
+    if (dt == VT_DTYPE_INT4_PTH) {
+        if ((c + 1) * CH <= D) {
+            dec16_i4(row + (size_t)c * CH / 2, _mm256_set1_ps(zp), a, b);
+        } else {
+            uint8_t pad[CH / 2] = {0};
+            memcpy(pad, row + (size_t)c * CH / 2, (size_t)(D - c * CH) / 2);
+            dec16_i4(pad, _mm256_set1_ps(zp), a, b);
+        }
+        return;
+    }
     if ((c + 1) * CH <= D) {
         dec16(dt, row + (size_t)c * CH * esz, a, b);
     } else {
@@ -122,9 +150,9 @@ T static AI float hsum8(__m256 x) {
     return _mm_cvtss_f32(m);
 }
 
-/* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows. */
+/* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows (kz: the keys' int4 zero points). */
 T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int D, int esz,
-                         const uint8_t *const *kp, int nk, float *S) {
+                         const uint8_t *const *kp, const float *kz, int nk, float *S) {
     const int NC = Dp / CH;
     for (int jj = 0; jj < nk; jj++) {
         __m256 s0[4], s1[4];
@@ -132,7 +160,7 @@ T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int 
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm256_setzero_ps();
         for (int c = 0; c < NC; c++) {
             __m256 ka, kb;
-            dec_chunk(dt, kp[jj], c, D, esz, &ka, &kb);
+            dec_chunk(dt, kp[jj], c, D, esz, kz[jj], &ka, &kb);
             VT_UNROLL
             for (int r = 0; r < R; r++) {
                 s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
@@ -144,13 +172,13 @@ T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int 
     }
 }
 
-T static void qk_group(int R, vt_dtype dt, const float *qp, int Dp, int D, int esz, const uint8_t *const *kp, int nk,
-                       float *S) {
+T static void qk_group(int R, vt_dtype dt, const float *qp, int Dp, int D, int esz, const uint8_t *const *kp,
+                       const float *kz, int nk, float *S) {
     switch (R) {
-    case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, nk, S); break;
-    case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, nk, S); break;
-    case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, nk, S); break;
-    default: qk_rows(4, dt, qp, Dp, D, esz, kp, nk, S); break;
+    case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
+    case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
+    case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
+    default: qk_rows(4, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
     }
 }
 
@@ -210,8 +238,10 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
      * K scale into its logit and its V scale into its weight, as the AVX-512 tile does. */
     const int pth = vt_dtype_per_token_head(p->kv_dtype);
     const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
-    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
-    float kscale[KB], vscale[KB];
+    const int i4 = dt == VT_DTYPE_INT4_PTH;
+    const int esz = i4 ? 1 : (int)vt_dtype_get(dt)->elem_bytes; /* int4 addresses its rows in dec_chunk */
+    const float b4 = i4 ? (float)vt_int4_rht_block(D) : 1.0f; /* the rotation's norm (H H = b I) */
+    float kscale[KB], vscale[KB], kz[KB] = {0}, vz[KB] = {0};
     float *qp = work;                    /* rows * Dp, permuted */
     float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
     float *S = ap + (size_t)rows * Dp;   /* rg * 8 * 8 partial dots */
@@ -225,6 +255,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
         load_q(p, src, tmp, D);
+        if (i4) vt_attn_int4_rotate_q(p, tmp, D);
         float *qr = qp + (size_t)r * Dp;
         memset(qr, 0, (size_t)Dp * 4);
         memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
@@ -254,19 +285,26 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
             __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm256_set1_ps(1.0f);
             if (pth) {
                 vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
+                if (i4) { /* stored scale -> (masked scale, zero point); softmax_scale / b */
+                    for (int jj = 0; jj < KB; jj++) {
+                        kscale[jj] = vt_attn_int4_split(kscale[jj], &kz[jj]);
+                        vscale[jj] = vt_attn_int4_split(vscale[jj], &vz[jj]);
+                    }
+                    mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g) / b4);
+                }
                 mul = _mm256_mul_ps(mul, _mm256_loadu_ps(kscale)); /* softmax_scale * ks_j, per key */
                 vmul = _mm256_loadu_ps(vscale);
             }
             for (int r0 = 0; r0 < rg; r0 += 4) {
                 int R = rg - r0 < 4 ? rg - r0 : 4;
-                qk_group(R, dt, qp + ((size_t)gi * rg + r0) * Dp, Dp, D, esz, kp, nk, S + (size_t)r0 * KB * 8);
+                qk_group(R, dt, qp + ((size_t)gi * rg + r0) * Dp, Dp, D, esz, kp, kz, nk, S + (size_t)r0 * KB * 8);
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 8, 0, (size_t)(KB - nk) * 32);
             for (int jj = 0; jj < nk; jj++)
                 for (int c = 0; c < NC; c++) {
                     __m256 va, vb2;
-                    dec_chunk(dt, vp[jj], c, D, esz, &va, &vb2);
+                    dec_chunk(dt, vp[jj], c, D, esz, vz[jj], &va, &vb2);
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 8, vb2);
                 }
@@ -317,8 +355,14 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
             }
         }
     }
-    for (int r = 0; r < rows; r++)
-        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
+    for (int r = 0; r < rows; r++) {
+        float *o = acc + (size_t)r * D;
+        for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
+        if (i4) { /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
+            vt_int4_rht(o, D, 1);
+            for (int d = 0; d < D; d++) o[d] /= b4;
+        }
+    }
 }
 
 #endif /* VT_X86 */

@@ -27,8 +27,7 @@ static const isa_kernels ISA_KERNELS[] = {
     {VT_ISA_SCALAR, &vt_codec_scalar,
      {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
 #if VT_X86
-    /* int4 on AVX2: the scalar twin (no AVX2 int4 tile exists; kv-formats.md) */
-    {VT_ISA_AVX2, &vt_codec_avx2, {[VT_READ_ELEMENTS] = vt_attn_tile_avx2, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
+    {VT_ISA_AVX2, &vt_codec_avx2, {[VT_READ_ELEMENTS] = vt_attn_tile_avx2, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx2}},
     {VT_ISA_AVX512, &vt_codec_avx512,
      {[VT_READ_ELEMENTS] = vt_attn_tile_avx512, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512_int4}},
 #endif

@@ -595,8 +595,9 @@ static void test_dispatch_tables(void) {
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want = vt_attn_tile_avx512bf16; /* the pair-dot tile */
 #endif
         CHECK(k->attn_tile[VT_DTYPE_BF16] == want, "table of %s holds another ISA's attention tile", isa_names[isa]);
-        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: its own tile on AVX-512 */
+        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: AVX2's tile, AVX-512's own */
 #if VT_X86
+        if (isa == VT_ISA_AVX2) want4 = vt_attn_tile_avx2;
         if (isa == VT_ISA_AVX512) want4 = vt_attn_tile_avx512_int4;
         /* with AVX512-BF16: the pair-dot tile, which runs the int4 fp32 tile outside its reach */
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want4 = vt_attn_tile_avx512bf16;
@@ -622,7 +623,7 @@ static void test_dispatch_tables(void) {
 #if VT_X86
         const vt_kernels *a2 = vt_kernels_table(VT_ISA_AVX2, bf16), *a5 = vt_kernels_table(VT_ISA_AVX512, bf16);
         CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tile_avx2 && a2->codec == &vt_codec_avx2 &&
-                  a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tile_scalar, "AVX2 table (bf16 %d)", bf16);
+                  a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tile_avx2, "AVX2 table (bf16 %d)", bf16);
         CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) &&
                   a5->codec == &vt_codec_avx512 &&
                   a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512_int4) &&

@@ -188,7 +188,7 @@ def test_refusals_name_the_argument():
     np.testing.assert_array_equal(page, before)
 
 
-# ---- the read: flash_attn_varlen_func over int4 caches (the AVX-512 tile; the scalar twin on the other ISAs)
+# ---- the read: flash_attn_varlen_func over int4 caches (the AVX2 and AVX-512 tiles; the scalar twin)
 
 
 def _hadamard64(b: int) -> np.ndarray:
@@ -294,22 +294,24 @@ def test_attention_options_match_the_rotated_reference(isa, name, q_dtype):
 
 @pytest.mark.parametrize("q_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("d", [64, 80, 128])
-def test_avx512_tile_agrees_with_the_scalar_twin(d, q_dtype):
-    """The AVX-512 int4 tile against the scalar twin (attn_ref.c) on one cache: the same rotation of q,
-    zero points, scales and rotation back, so the outputs differ only by float32 summation order. D 80
-    rotates in blocks of 16 and takes a half-filled 16-byte chunk; GQA 4 prefill and decode rows."""
+@pytest.mark.parametrize("simd", ["avx2", "avx512"])
+def test_simd_tile_agrees_with_the_scalar_twin(simd, d, q_dtype):
+    """The AVX2 and AVX-512 int4 tiles against the scalar twin (attn_ref.c) on one cache: the same
+    rotation of q, zero points, scales and rotation back, so the outputs differ only by float32
+    summation order. D 80 rotates in blocks of 16 and takes a half-filled 16-byte chunk on AVX-512;
+    GQA 4 prefill and decode rows."""
     from tests.conftest import available_isas, forced_isa
-    if "avx512" not in available_isas():
-        pytest.skip("no AVX-512 on this CPU")
+    if simd not in available_isas():
+        pytest.skip(f"no {simd} on this CPU")
     rng = np.random.default_rng(d + 3)
     q, kc, vc, ks, vs, kdq, vdq, cu, sk, bt = read_case(rng, d, 8, 2, [1, 9, 2], [70, 45, 130], q_dtype=q_dtype)
     kw = dict(cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=FMT, k_scale_cache=ks, v_scale_cache=vs)
     outs = {}
-    for name in ("scalar", "avx512"):
+    for name in ("scalar", simd):
         with forced_isa(name):
             outs[name] = np.asarray(vt.flash_attn_varlen_func(q, kc, vc, **kw)).astype(np.float64)
     ref = outs["scalar"]
     if q_dtype == "bfloat16":  # the bf16 output: one rounding of nearly equal float32 values may differ by a unit
-        np.testing.assert_allclose(outs["avx512"], ref, rtol=2.0**-7, atol=1e-6 * np.abs(ref).max())
+        np.testing.assert_allclose(outs[simd], ref, rtol=2.0**-7, atol=1e-6 * np.abs(ref).max())
     else:
-        np.testing.assert_allclose(outs["avx512"], ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+        np.testing.assert_allclose(outs[simd], ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
