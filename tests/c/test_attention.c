@@ -21,18 +21,7 @@
 #include "vtinfer/vtinfer.h"
 #include "../../csrc/core/attn_internal.h" /* the per-ISA kernel tables (internal) */
 
-static int failures;
-#define CHECK(cond, ...)                                             \
-    do {                                                             \
-        if (!(cond)) {                                               \
-            if (failures < 20) {                                     \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-                fprintf(stderr, __VA_ARGS__);                        \
-                fputc('\n', stderr);                                 \
-            }                                                        \
-            failures++;                                              \
-        }                                                            \
-    } while (0)
+#include "check.h"
 
 static uint32_t rng_state = 2024u;
 static double urand(void) { /* [0, 1) */
@@ -662,10 +651,7 @@ int main(void) {
     test_against_reference();
     test_bf16dot_tile();
     test_refusals();
-    if (failures) {
-        fprintf(stderr, "test_attention: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_attention: OK (isa up to %s)\n", vt_isa_name(vt_isa_best()));
-    return 0;
+    char ok[64];
+    snprintf(ok, sizeof ok, "OK (isa up to %s)", vt_isa_name(vt_isa_best()));
+    return finish("test_attention", ok);
 }

@@ -19,18 +19,7 @@
 
 #include "vtinfer/vtinfer.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            if (failures < 20) {                                          \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-                fprintf(stderr, __VA_ARGS__);                             \
-                fputc('\n', stderr);                                      \
-            }                                                             \
-            __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);           \
-        }                                                                 \
-    } while (0)
+#include "check.h"
 
 static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

@@ -7,16 +7,7 @@
 
 #include "vtinfer/json.h"
 
-static int failures;
-#define CHECK(cond, ...)                                             \
-    do {                                                             \
-        if (!(cond)) {                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                            \
-            fputc('\n', stderr);                                     \
-            failures++;                                              \
-        }                                                            \
-    } while (0)
+#include "check.h"
 
 static vt_json_doc *parse(const char *s, vt_status *st, vt_error *err) {
     vt_json_doc *d = NULL;
@@ -117,10 +108,5 @@ int main(void) {
     test_semantics();
     test_errors();
     test_big_object();
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_json: ok\n");
-    return 0;
+    return finish("test_json", "ok");
 }

@@ -16,18 +16,7 @@
 #include "vtinfer/turboquant.h"
 #include "vtinfer/vtinfer.h"
 
-static int failures;
-#define CHECK(cond, ...)                                             \
-    do {                                                             \
-        if (!(cond)) {                                               \
-            if (failures < 20) {                                     \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-                fprintf(stderr, __VA_ARGS__);                        \
-                fputc('\n', stderr);                                 \
-            }                                                        \
-            failures++;                                              \
-        }                                                            \
-    } while (0)
+#include "check.h"
 
 enum { T = 37, H = 3, D = 64, BS = 5, NB = 11 };
 
@@ -259,10 +248,7 @@ int main(void) {
     test_geometry();
     test_cache_round_trip();
     test_turboquant();
-    if (failures) {
-        fprintf(stderr, "test_kvcache: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_kvcache: OK (isa up to %s)\n", vt_isa_name(vt_isa_best()));
-    return 0;
+    char ok[64];
+    snprintf(ok, sizeof ok, "OK (isa up to %s)", vt_isa_name(vt_isa_best()));
+    return finish("test_kvcache", ok);
 }

@@ -6,16 +6,7 @@
 
 #include "vtinfer/resolver.h"
 
-static int failures;
-#define CHECK(cond, ...)                                             \
-    do {                                                             \
-        if (!(cond)) {                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                            \
-            fputc('\n', stderr);                                     \
-            failures++;                                              \
-        }                                                            \
-    } while (0)
+#include "check.h"
 
 /* Resolve `flag` on config text `cfg` and optional hf_quant text; returns
  * the status, fills r and err. */
@@ -97,10 +88,5 @@ int main(void) {
     expect_err("fp8_e5m2", "{\"quantization_config\": {\"quant_method\": \"fp8\"}}", NULL, VT_ERR_VALUE,
                "fp8_e5m2 kv-cache is not supported with fp8 checkpoints.");
     expect_err("auto", "[]", NULL, VT_ERR_PARSE, "config.json must hold a JSON object");
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_resolver: ok\n");
-    return 0;
+    return finish("test_resolver", "ok");
 }
