@@ -205,29 +205,6 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 16) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
-static inline void key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n, int64_t *ko,
-                               int64_t *vo) {
-    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
-    int64_t pi = j / p->block_size, off = j % p->block_size;
-    for (int i = 0; i < n; i++) {
-        int64_t page = bt[pi];
-        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
-        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
-        if (++off == p->block_size) off = 0, pi++;
-    }
-}
-
-static void load_q(const vt_attn_params *p, const uint8_t *src, float *dst, int n) {
-    for (int i = 0; i < n; i++) {
-        uint16_t h;
-        switch (p->q_dtype) {
-        case VT_DTYPE_F32: memcpy(&dst[i], src + 4 * i, 4); break;
-        case VT_DTYPE_F16: memcpy(&h, src + 2 * i, 2), dst[i] = vt_f16_to_f32(h); break;
-        default: memcpy(&h, src + 2 * i, 2), dst[i] = vt_bf16_to_f32(h); break;
-        }
-    }
-}
-
 T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
@@ -254,7 +231,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
         int h = g * G + lr % G;
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
-        load_q(p, src, tmp, D);
+        vt_attn_load_q(p, src, tmp, D);
         if (i4) vt_attn_int4_rotate_q(p, tmp, D);
         float *qr = qp + (size_t)r * Dp;
         memset(qr, 0, (size_t)Dp * 4);
@@ -273,7 +250,7 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
-        key_offsets(p, it, j0, nk, ko, vo);
+        vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
         for (int gi = 0; gi < it->ng; gi++) {

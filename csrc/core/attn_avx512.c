@@ -167,17 +167,6 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 32) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
-T static void load_q(const vt_attn_params *p, const uint8_t *src, float *dst, int n) {
-    for (int i = 0; i < n; i++) {
-        uint16_t h;
-        switch (p->q_dtype) {
-        case VT_DTYPE_F32: memcpy(&dst[i], src + 4 * i, 4); break;
-        case VT_DTYPE_F16: memcpy(&h, src + 2 * i, 2), dst[i] = vt_f16_to_f32(h); break;
-        default: memcpy(&h, src + 2 * i, 2), dst[i] = vt_bf16_to_f32(h); break;
-        }
-    }
-}
-
 T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                            float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
@@ -203,7 +192,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
         int h = g * G + lr % G;
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
-        load_q(p, src, tmp, D);
+        vt_attn_load_q(p, src, tmp, D);
         float *qr = qp + (size_t)r * Dp;
         memset(qr, 0, (size_t)Dp * 4);
         memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);

@@ -91,20 +91,6 @@ VT512 __m512 vt512_reduce16(const float *s) {
     return _mm512_add_ps(p, q);
 }
 
-/* Byte offsets (page and in-page, no head) of the keys [j, j + n) of
- * sequence b in K and V, walking the block table without a division per key. */
-static inline void vt_attn_key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n,
-                                       int64_t *ko, int64_t *vo) {
-    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
-    int64_t pi = j / p->block_size, off = j % p->block_size;
-    for (int i = 0; i < n; i++) {
-        int64_t page = bt[pi];
-        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
-        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
-        if (++off == p->block_size) off = 0, pi++;
-    }
-}
-
 /* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko/vo for the heads [g, g + ng),
  * into L1 (PF_HINT) or, with to_l2 (a constant after inlining), into L2 only. */
 VT512 void vt512_prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,

@@ -56,14 +56,7 @@ T void vt_attn_tile_avx512_int4(const vt_attn_params *p, const vt_attn_item *it,
         int h = g * G + lr % G;
         const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
                              (int64_t)h * p->q_stride_head;
-        for (int d = 0; d < D; d++) {
-            uint16_t u;
-            switch (p->q_dtype) {
-            case VT_DTYPE_F32: memcpy(&tmp[d], src + 4 * d, 4); break;
-            case VT_DTYPE_F16: memcpy(&u, src + 2 * d, 2), tmp[d] = vt_f16_to_f32(u); break;
-            default: memcpy(&u, src + 2 * d, 2), tmp[d] = vt_bf16_to_f32(u); break;
-            }
-        }
+        vt_attn_load_q(p, src, tmp, D);
         vt_attn_int4_rotate_q(p, tmp, D);
         float *qr = qp + (size_t)r * Dp;
         memset(qr, 0, (size_t)Dp * 4);

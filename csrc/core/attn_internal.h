@@ -137,6 +137,32 @@ static inline const uint8_t *vt_attn_row(const vt_attn_params *p, const void *ba
     return (const uint8_t *)base + page * sb + off * st + (int64_t)g * sh;
 }
 
+/* Byte offsets (page and in-page, no head) of the keys [j, j + n) of
+ * sequence b in K and V, walking the block table without a division per key. */
+static inline void vt_attn_key_offsets(const vt_attn_params *p, const vt_attn_item *it, int64_t j, int n,
+                                       int64_t *ko, int64_t *vo) {
+    const int32_t *bt = p->block_table + (int64_t)it->b * p->bt_stride;
+    int64_t pi = j / p->block_size, off = j % p->block_size;
+    for (int i = 0; i < n; i++) {
+        int64_t page = bt[pi];
+        ko[i] = page * p->k_stride_block + off * p->k_stride_tok;
+        vo[i] = page * p->v_stride_block + off * p->v_stride_tok;
+        if (++off == p->block_size) off = 0, pi++;
+    }
+}
+
+/* A query row of n float32, float16 or bfloat16 elements at src, as float32 (exact). */
+static inline void vt_attn_load_q(const vt_attn_params *p, const uint8_t *src, float *dst, int n) {
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        switch (p->q_dtype) {
+        case VT_DTYPE_F32: memcpy(&dst[i], src + 4 * i, 4); break;
+        case VT_DTYPE_F16: memcpy(&h, src + 2 * i, 2), dst[i] = vt_f16_to_f32(h); break;
+        default: memcpy(&h, src + 2 * i, 2), dst[i] = vt_bf16_to_f32(h); break;
+        }
+    }
+}
+
 /* Per-token-head caches: byte offsets (page and slot, no head) of the K and V scales of the keys
  * [j0, j0 + n) of sequence b, in one walk of the block table per block of keys (no division per
  * key, shared by every KV head of the block). */
