@@ -24,10 +24,9 @@ static vt_tensor *pin(tq_call *c, PyObject *obj, const char *arg, int flags) {
     vt_tensor *t = &c->t[c->n];
     if (vt_tensor_from_object(c->st, obj, c->fn, arg, flags, t) < 0) return NULL;
     c->n++;
-    if (t->device_type != 1) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be in CPU memory; got device type %d", c->fn, arg, t->device_type);
-        return NULL;
-    }
+    /* CPU memory, and strides of whole elements (the stores step by elements: an odd byte stride of
+     * a NumPy view is refused, never read between elements) */
+    if (vt_tensor_check(t, c->fn, arg, ~0u, -1, VT_MEMORY_CPU) < 0) return NULL;
     return t;
 }
 

@@ -121,3 +121,17 @@ def test_a_view_is_honoured_or_refused_by_name(key, arg, dim, kind):
         return
     for o in outs:
         assert np.array_equal(_bytes(a[o]), _bytes(ref[o])), f"{o} differs from the contiguous call's"
+
+
+@pytest.mark.parametrize("arg", ["key", "value", "slot_mapping"])
+def test_turboquant_refuses_odd_byte_strides_as_every_op_does(arg):
+    # The TurboQuant binding pins its tensors with the common check: a stride one byte past a multiple
+    # of the element size is refused by name (reading such a view is a misaligned load, which
+    # UndefinedBehaviorSanitizer stops), and nothing is written.
+    a = tq_store_args()
+    a[arg] = odd_bytes(a[arg], 0)
+    before = _bytes(a["kv_cache"])
+    with pytest.raises(ValueError, match=rf"turboquant_store: {arg} must have strides that are multiples of its "
+                                         r"element size \(\d+ bytes\); got \d+ bytes in dimension 0"):
+        vt.turboquant_store(**a)
+    assert np.array_equal(_bytes(a["kv_cache"]), before)
