@@ -205,6 +205,23 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 16) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 16 /* prefetch distance in key blocks (of 8 keys) */
+#endif
+
+/* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko / vo for heads [g, g + ng). */
+static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,
+                          int row_bytes) {
+    const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
+    const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
+    for (int i = 0; i < n; i++)
+        for (int gi = 0; gi < ng; gi++)
+            for (int o = 0; o < row_bytes; o += 64) {
+                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, _MM_HINT_T0);
+                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, _MM_HINT_T0);
+            }
+}
+
 T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
@@ -248,8 +265,22 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
     const int NC = Dp / CH;
     int64_t ko[KB], vo[KB], kso[KB], vso[KB];
     const uint8_t *kp[KB], *vp[KB];
+    const int row_bytes = (int)vt_dtype_row_bytes(p->kv_dtype, (size_t)D);
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
+        const int64_t jp = j0 + PF_BLOCKS * KB; /* the K / V rows (and scales) of a block ahead, all heads */
+        if (jp < it->ke) {
+            const int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
+            vt_attn_key_offsets(p, it, jp, nn, ko, vo);
+            prefetch_rows(p, it->g, it->ng, ko, vo, nn, row_bytes);
+            if (pth) {
+                vt_attn_scale_offsets(p, it->b, jp, nn, kso, vso);
+                for (int i = 0; i < nn; i++) {
+                    _mm_prefetch((const char *)p->k_scale_cache + kso[i] + (int64_t)it->g * p->ks_stride_head, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p->v_scale_cache + vso[i] + (int64_t)it->g * p->vs_stride_head, _MM_HINT_T0);
+                }
+            }
+        }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
