@@ -20,9 +20,11 @@ except ValueError as _e:  # a bad VTINFER_ISA is refused where it is read, with 
 from vtinfer._C import ConfigError, VtinferError
 from vtinfer._attention import flash_attn_varlen_func
 from vtinfer._cache_ops import (
+    concat_and_cache_mla,
     convert_fp8,
     cp_gather_cache,
     gather_and_maybe_dequant_cache,
+    mask_empty_context_lse,
     merge_attn_states,
     swap_blocks,
 )
@@ -105,6 +107,7 @@ __all__ = [
     "KV_CACHE_DTYPES",
     "VtinferError",
     "build_info",
+    "concat_and_cache_mla",
     "convert",
     "convert_fp8",
     "cp_gather_cache",
@@ -113,6 +116,7 @@ __all__ = [
     "fp8_dequantize",
     "fp8_quantize",
     "gather_and_maybe_dequant_cache",
+    "mask_empty_context_lse",
     "merge_attn_states",
     "reshape_and_cache",
     "reshape_and_cache_flash",

@@ -16,7 +16,8 @@ import numpy as np
 
 from vtinfer import _C
 
-__all__ = ["convert_fp8", "cp_gather_cache", "gather_and_maybe_dequant_cache", "merge_attn_states", "swap_blocks"]
+__all__ = ["concat_and_cache_mla", "convert_fp8", "cp_gather_cache", "gather_and_maybe_dequant_cache",
+           "mask_empty_context_lse", "merge_attn_states", "swap_blocks"]
 
 
 def _scalar(x: Any, fn: str, name: str) -> Any:
@@ -236,3 +237,66 @@ def merge_attn_states(
         output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse, prefill_tokens_with_context,
         _scalar(output_scale, fn, "output_scale"), num_threads=num_threads,
     )
+
+
+def concat_and_cache_mla(
+    kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str, scale: Any, skip_scale: bool = False
+) -> None:
+    """Store MLA latents and rope keys into a paged cache (vLLM's ``concat_and_cache_mla``).
+
+    For token ``t`` with slot ``s = slot_mapping[t]`` (negative: skipped),
+    the entry ``e = kv_cache[s // block_size, s % block_size]`` becomes:
+
+    - ``"auto"``: ``kv_c[t]`` then ``k_pe[t]`` (``kv_cache`` has their dtype);
+    - ``"fp8"`` / ``"fp8_e4m3"`` / ``"fp8_e5m2"``: the codes of
+      ``(kv_c[t] ++ k_pe[t]) / scale`` (round to nearest even, saturating);
+    - ``"fp8_ds_mla"`` (DeepSeek's 656-byte entry; ``kv_lora_rank`` 512,
+      ``pe_dim`` 64, float16/bfloat16 input): per tile ``j`` of 128
+      ``kv_c`` elements ``s_j = max(max|x| / 448, FLT_MIN)`` in float32,
+      bytes ``[128j, 128j + 128)`` the e4m3 codes of ``x / s_j``, bytes
+      ``[512, 528)`` the four ``s_j`` as float32, bytes ``[528, 656)``
+      ``k_pe``'s 64 16-bit values unchanged (``scale`` is not used).
+
+    Tokens are stored in order (a repeated slot keeps the last token).
+    Everything is checked before the first byte is written.
+
+    Parameters
+    ----------
+    kv_c : array, shape (>= num_tokens, kv_lora_rank)
+        float32/float16/bfloat16, a contiguous last dimension.
+    k_pe : array, shape (>= num_tokens, pe_dim)
+        ``kv_c``'s dtype.
+    kv_cache : array, shape (num_blocks, block_size, entry)
+        Written. ``entry`` is ``kv_lora_rank + pe_dim`` elements (``"auto"``:
+        kv_c's dtype; fp8: uint8 or the matching float8) or 656 uint8 bytes
+        (``"fp8_ds_mla"``).
+    slot_mapping : int64 array, shape (num_tokens,)
+    kv_cache_dtype : {"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"}
+    scale : float or one-element array
+        Finite, > 0.
+    skip_scale : bool
+        Store fp8 codes of the values themselves (``scale`` read as 1), as
+        vLLM asks when the layer's scale is exactly 1.0.
+    """
+    return _C.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+                                   _scalar(scale, "concat_and_cache_mla", "scale"), skip_scale)
+
+
+def mask_empty_context_lse(lse: Any, query_start_loc: Any, context_start_loc: Any) -> None:
+    """Set the LSE of queries whose context chunk is empty to ``-inf`` (vLLM's ``mask_empty_context_lse``).
+
+    For each request ``r`` with ``context_start_loc[r] ==
+    context_start_loc[r + 1]``, ``lse[:, query_start_loc[r]:query_start_loc[r
+    + 1]] = -inf``; other entries are untouched. A chunked-prefill context
+    pass leaves such rows undefined; ``-inf`` makes :func:`merge_attn_states`
+    take the suffix alone.
+
+    Parameters
+    ----------
+    lse : float32 array, shape (num_heads, num_tokens)
+        Written in place; any strides.
+    query_start_loc : int32 array, shape (num_reqs + 1,)
+        Non-decreasing, from >= 0, at most ``num_tokens``.
+    context_start_loc : int32 array, shape (num_reqs + 1,)
+    """
+    return _C.mask_empty_context_lse(lse, query_start_loc, context_start_loc)

@@ -23,6 +23,9 @@ op                                  schema (mutated arguments marked ``!``)
                                     batch_size, seq_starts)``
 ``merge_attn_states``               ``(output!, prefix_output, prefix_lse,
                                     suffix_output, suffix_lse, output_lse!, ...)``
+``concat_and_cache_mla``            ``(kv_c, k_pe, kv_cache!, slot_mapping,
+                                    kv_cache_dtype, scale, skip_scale)``
+``mask_empty_context_lse``          ``(lse!, query_start_loc, context_start_loc)``
 ==================================  ===============================================
 
 Each op has a fake (meta) implementation that gives the output shapes and
@@ -48,9 +51,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from vtinfer import _attention, _cache_ops, _codec, _kvcache
 
-__all__ = ["FP8_TORCH_DTYPES", "convert_fp8", "cp_gather_cache", "flash_attn_varlen_func", "fp8_dequantize",
-           "fp8_quantize", "gather_and_maybe_dequant_cache", "merge_attn_states", "reshape_and_cache",
-           "reshape_and_cache_flash", "swap_blocks"]
+__all__ = ["FP8_TORCH_DTYPES", "concat_and_cache_mla", "convert_fp8", "cp_gather_cache", "flash_attn_varlen_func",
+           "fp8_dequantize", "fp8_quantize", "gather_and_maybe_dequant_cache", "mask_empty_context_lse",
+           "merge_attn_states", "reshape_and_cache", "reshape_and_cache_flash", "swap_blocks"]
 
 #: torch dtype of fp8 codes for each vtinfer fp8 format.
 FP8_TORCH_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
@@ -282,4 +285,27 @@ def merge_attn_states(output: Tensor, prefix_output: Tensor, prefix_lse: Tensor,
 @_fake(merge_attn_states)
 def _(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None,
       prefill_tokens_with_context=None, output_scale=None):
+    return None
+
+
+@torch.library.custom_op("vtinfer::concat_and_cache_mla", mutates_args=("kv_cache",), device_types="cpu")
+def concat_and_cache_mla(kv_c: Tensor, k_pe: Tensor, kv_cache: Tensor, slot_mapping: Tensor, kv_cache_dtype: str,
+                         scale: Tensor, skip_scale: bool = False) -> None:
+    """vLLM's ``concat_and_cache_mla`` (auto, fp8, fp8_ds_mla): see :func:`vtinfer.concat_and_cache_mla`."""
+    _cache_ops.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale, skip_scale)
+
+
+@_fake(concat_and_cache_mla)
+def _(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale, skip_scale=False):
+    return None
+
+
+@torch.library.custom_op("vtinfer::mask_empty_context_lse", mutates_args=("lse",), device_types="cpu")
+def mask_empty_context_lse(lse: Tensor, query_start_loc: Tensor, context_start_loc: Tensor) -> None:
+    """vLLM's ``mask_empty_context_lse``: see :func:`vtinfer.mask_empty_context_lse`."""
+    _cache_ops.mask_empty_context_lse(lse, query_start_loc, context_start_loc)
+
+
+@_fake(mask_empty_context_lse)
+def _(lse, query_start_loc, context_start_loc):
     return None

@@ -190,5 +190,6 @@ static PyMethodDef cacheops_methods[] = {
 int vt_cacheops_exec(PyObject *m, vt_module_state *st) {
     (void)st;
     if (PyModule_AddFunctions(m, cacheops_methods) < 0 || vt_cacheops_gather_exec(m) < 0) return -1;
-    return vt_cacheops_merge_exec(m);
+    if (vt_cacheops_merge_exec(m) < 0) return -1;
+    return vt_cacheops_mla_exec(m);
 }

@@ -40,8 +40,9 @@ int vt_co_code_fmt(const vt_tensor *t, int fmt, const char *fn, const char *arg,
 /* Release p; raise for a failed status, else return None. */
 PyObject *vt_co_done(vt_module_state *st, vt_co_pins *p, vt_status s, const vt_error *err);
 
-/* The files' functions (cacheops_gather.c, cacheops_merge.c). */
+/* The files' functions (cacheops_gather.c, cacheops_merge.c, cacheops_mla.c). */
 int vt_cacheops_gather_exec(PyObject *m);
 int vt_cacheops_merge_exec(PyObject *m);
+int vt_cacheops_mla_exec(PyObject *m);
 
 #endif /* VTINFER_BINDING_CACHEOPS_H */

@@ -64,6 +64,22 @@
     VT_STORE_COMMON_ARGS(X)                                                                                          \
     X(num_threads, "None")
 
+/* concat_and_cache_mla (vllm/_custom_ops.py's seven) and mask_empty_context_lse. */
+#define VT_MLA_STORE_NPOS 7
+#define VT_MLA_STORE_ARGS(X)                                                                                         \
+    X(kv_c, NULL)                                                                                                    \
+    X(k_pe, NULL)                                                                                                    \
+    X(kv_cache, NULL)                                                                                                \
+    X(slot_mapping, NULL)                                                                                            \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(scale, NULL)                                                                                                   \
+    X(skip_scale, "False")
+#define VT_MASK_LSE_NPOS 3
+#define VT_MASK_LSE_ARGS(X)                                                                                          \
+    X(lse, NULL)                                                                                                     \
+    X(query_start_loc, NULL)                                                                                         \
+    X(context_start_loc, NULL)
+
 /* The Python arguments of reshape_and_cache_flash (a superset of
  * reshape_and_cache's: layout and the scale caches stay NULL there). The
  * fields are in table order: the parser writes them as an array. */
@@ -108,6 +124,21 @@ const vt_signature *vt_store_x_signature(void);
 int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, int cuda, vt_attn_pyargs *a);
 /* The same for the stores (xsplit: reshape_and_cache's signature). */
 int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pyargs *a);
+
+/* A signature from an X-macro table, as a static object named `var` in
+ * the file that uses it: its parse is vt_sig_parse(&var, ...) into an
+ * array of nargs fields, its docstring line vt_signature_doc(&var, ...). */
+#define VT_X_NAME(name, dflt) #name,
+#define VT_X_DEFAULT(name, dflt) dflt,
+#define VT_SIGNATURE(var, pyname, npos, TABLE)                                                                       \
+    static char *var##_kwlist[] = {TABLE(VT_X_NAME) NULL};                                                           \
+    static const char *const var##_defaults[] = {TABLE(VT_X_DEFAULT) NULL};                                         \
+    static vt_signature var = {pyname, npos, (int)(sizeof var##_kwlist / sizeof var##_kwlist[0]) - 1,               \
+                               var##_kwlist, var##_defaults, {NULL}}
+
+/* Parse args / kw by s's table into field[0 .. s->nargs) (borrowed; NULL
+ * where not given), with the errors described above. */
+int vt_sig_parse(vt_signature *s, PyObject *args, PyObject *kw, PyObject **field);
 
 /* Write "<name>($module, /, a, b, *, c=..., ...)\n--\n\n<summary>" into buf. */
 void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size);

@@ -51,7 +51,30 @@ def merge_args():
                 suffix_lse=np.zeros((H, T), np.float32), output_lse=np.zeros((H, T), np.float32))
 
 
+def mla_args():
+    rng = np.random.default_rng(4)
+    T = 3
+    return dict(kv_c=rng.standard_normal((T, 512)).astype(ml_dtypes.bfloat16),
+                k_pe=rng.standard_normal((T, 64)).astype(ml_dtypes.bfloat16),
+                kv_cache=np.zeros((NB, BS, 656), np.uint8), slot_mapping=np.array([0, 5, 9], np.int64),
+                kv_cache_dtype="fp8_ds_mla", scale=1.0)
+
+
+def mla_fp8_args():
+    a = mla_args()
+    a.update(kv_cache=np.zeros((NB, BS, 576), np.uint8), kv_cache_dtype="fp8", scale=0.5)
+    return a
+
+
+def mask_args():
+    return dict(lse=np.zeros((H, 7), np.float32), query_start_loc=np.array([0, 3, 7], np.int32),
+                context_start_loc=np.array([0, 0, 4], np.int32))
+
+
 FNS = {
+    "mla": (vt.concat_and_cache_mla, mla_args, ("kv_cache",)),
+    "mla8": (vt.concat_and_cache_mla, mla_fp8_args, ("kv_cache",)),
+    "mask": (vt.mask_empty_context_lse, mask_args, ("lse",)),
     "swap": (vt.swap_blocks, swap_args, ("dst",)),
     "convert": (vt.convert_fp8, convert_args, ("output",)),
     "gather": (vt.gather_and_maybe_dequant_cache, gather_args, ("dst",)),
@@ -134,6 +157,45 @@ CASES = [
     ("merge", "scale_float_out", dict(output_scale=0.5), TypeError, "output"),
     ("merge", "output_lse_rank", dict(output_lse=np.zeros(5, np.float32)), ValueError, "output_lse"),
     ("merge", "output_int", dict(output=np.zeros((5, H, D), np.int32)), TypeError, "output"),
+    # concat_and_cache_mla: fp8_ds_mla's geometry, element formats, slots
+    ("mla", "ds_rank_256", dict(kv_c=np.zeros((3, 256), ml_dtypes.bfloat16)), ValueError, "kv_lora_rank must be 512"),
+    ("mla", "ds_pe_32", dict(k_pe=np.zeros((3, 32), ml_dtypes.bfloat16)), ValueError, "pe_dim 64"),
+    ("mla", "ds_float32_input", dict(kv_c=np.zeros((3, 512), np.float32), k_pe=np.zeros((3, 64), np.float32)),
+     TypeError, "float16 or bfloat16 for kv_cache_dtype 'fp8_ds_mla'"),
+    ("mla", "ds_entry_576", dict(kv_cache=np.zeros((NB, BS, 576), np.uint8)), ValueError, "656 bytes"),
+    ("mla", "ds_cache_float8", dict(kv_cache=np.zeros((NB, BS, 656), ml_dtypes.float8_e4m3fn)), TypeError,
+     "kv_cache must be uint8"),
+    ("mla", "slot_past_cache", dict(slot_mapping=np.array([0, NB * BS, 1], np.int64)), IndexError,
+     r"slot_mapping\[1\] must be < num_blocks \* block_size = 24"),
+    ("mla", "slot_int32", dict(slot_mapping=np.array([0, 1, 2], np.int32)), TypeError, "slot_mapping"),
+    ("mla", "slots_more_than_rows", dict(slot_mapping=np.arange(4, dtype=np.int64)), ValueError,
+     "at least slot_mapping.shape"),
+    ("mla", "k_pe_dtype", dict(k_pe=np.zeros((3, 64), np.float16)), TypeError, "k_pe must have kv_c's dtype"),
+    ("mla", "kv_cache_dtype_unknown", dict(kv_cache_dtype="nvfp4_ds_mla"), ValueError, "'fp8_ds_mla'; got"),
+    ("mla", "kv_cache_dtype_not_str", dict(kv_cache_dtype=8), TypeError, "kv_cache_dtype must be a str"),
+    ("mla", "cache_strided_entries", dict(kv_cache=np.zeros((NB, BS, 1312), np.uint8)[..., ::2]), ValueError,
+     "kv_cache must have a contiguous last dimension"),
+    ("mla", "cache_readonly", dict(kv_cache=np.broadcast_to(np.zeros((1, BS, 656), np.uint8), (NB, BS, 656))),
+     ValueError, "kv_cache"),
+    ("mla", "skip_scale_int", dict(skip_scale=1), TypeError, "skip_scale must be a bool"),
+    ("mla", "scale_zero", dict(scale=0.0), ValueError, "scale"),
+    ("mla8", "entry_not_rank_plus_pe", dict(kv_cache=np.zeros((NB, BS, 577), np.uint8)), ValueError,
+     "kv_lora_rank \\+ pe_dim = 576"),
+    ("mla8", "auto_cache_other_dtype", dict(kv_cache_dtype="auto"), TypeError, "kv_cache must have kv_c's dtype"),
+    ("mla8", "e5m2_reads_e4m3_cache", dict(kv_cache=np.zeros((NB, BS, 576), ml_dtypes.float8_e4m3fn),
+                                            kv_cache_dtype="fp8_e5m2"), TypeError, "kv_cache"),
+    ("mla8", "float_cache_for_fp8", dict(kv_cache=np.zeros((NB, BS, 576), np.float32)), TypeError,
+     "fp8 codes"),
+    # mask_empty_context_lse
+    ("mask", "qsl_decreasing", dict(query_start_loc=np.array([0, 5, 3], np.int32)), ValueError,
+     r"query_start_loc\[2\] = 3 after 5"),
+    ("mask", "qsl_past_tokens", dict(query_start_loc=np.array([0, 3, 8], np.int32)), ValueError,
+     "at most lse.shape\\[1\\] = 7"),
+    ("mask", "qsl_negative", dict(query_start_loc=np.array([-1, 3, 7], np.int32)), ValueError, "query_start_loc"),
+    ("mask", "lengths_differ", dict(context_start_loc=np.array([0, 0], np.int32)), ValueError,
+     "num_reqs \\+ 1"),
+    ("mask", "lse_float64", dict(lse=np.zeros((H, 7))), TypeError, "lse"),
+    ("mask", "qsl_int64", dict(query_start_loc=np.array([0, 3, 7], np.int64)), TypeError, "query_start_loc"),
 ]
 
 

@@ -15,7 +15,8 @@ import vtinfer as vt
 from vtinfer import _C
 
 STUB = Path(vt.__file__).with_name("_C.pyi")
-FUNCS = ["flash_attn_varlen_func", "reshape_and_cache_flash", "reshape_and_cache"]
+FUNCS = ["flash_attn_varlen_func", "reshape_and_cache_flash", "reshape_and_cache", "concat_and_cache_mla",
+         "mask_empty_context_lse"]
 
 
 def _shape(sig: inspect.Signature):

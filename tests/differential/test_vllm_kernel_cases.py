@@ -28,7 +28,8 @@ from vtinfer.testing import upstream
 
 torch = pytest.importorskip("torch")
 
-CACHE_OPS = ["swap_blocks", "convert_fp8", "gather_and_maybe_dequant_cache", "cp_gather_cache", "merge_attn_states"]
+CACHE_OPS = ["swap_blocks", "convert_fp8", "gather_and_maybe_dequant_cache", "cp_gather_cache", "merge_attn_states",
+             "concat_and_cache_mla"]
 
 
 def _args(fn: ast.FunctionDef) -> list[tuple[str, str | None]]:
@@ -240,6 +241,144 @@ def test_cp_gather_cache_mla():
     dst = torch.zeros(int(lens.sum()), E)
     vt.cp_gather_cache(src, dst, bt, cu, B)
     torch.testing.assert_close(dst, expected_rows(src, bt, lens, BS))
+
+
+# MLA stores: vLLM's test_concat_and_cache_mla (8 cases), test_concat_and_cache_ds_mla (1: bfloat16,
+# rank 512; float32 and rank 256 are skips there) and test_concat_and_cache_mla_cpu (4). Sizes are
+# vLLM's: 42 tokens, block 16, 8 blocks, rope 64. The references below are written from the op's
+# definition (ml_dtypes encodes), and the result is also compared the way vLLM's test compares it.
+
+KV_LORA_RANKS = [256, 512]
+MLA_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float}
+
+
+def mla_inputs(rank, dtype, seed=0, tokens=42, num_blocks=8, block_size=16):
+    g = torch.Generator().manual_seed(seed)
+    slots = torch.randperm(num_blocks * block_size, generator=g)[:tokens].to(torch.long)
+    kv_c = torch.randn(tokens, rank, generator=g).to(dtype)
+    k_pe = torch.randn(tokens, 64, generator=g).to(dtype)
+    return slots, kv_c, k_pe
+
+
+def e4m3(x: np.ndarray) -> np.ndarray:
+    """float32 -> e4m3fn codes, round to nearest even (no value here reaches the saturation bound)."""
+    return x.astype(np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+
+
+def mla_reference(kv_c, k_pe, slots, shape, kv_cache_dtype, scale):
+    """The cache as the op defines it: concatenated rows, or their e4m3 codes of x / scale."""
+    entries = torch.cat([kv_c, k_pe], dim=1)
+    if kv_cache_dtype == "auto":
+        ref = torch.zeros(shape, dtype=kv_c.dtype)
+        ref.view(-1, shape[-1])[slots] = entries
+        return ref
+    ref = np.zeros(shape, np.uint8)
+    vals = entries.float().numpy() / np.float32(scale)
+    ref.reshape(-1, shape[-1])[slots.numpy()] = e4m3(vals)
+    return torch.from_numpy(ref)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+@pytest.mark.parametrize("dtype", sorted(MLA_DTYPES))
+@pytest.mark.parametrize("kv_lora_rank", KV_LORA_RANKS)
+def test_concat_and_cache_mla(kv_lora_rank, dtype, kv_cache_dtype):
+    """vLLM's test_concat_and_cache_mla: scale 0.1, a uint8 cache for fp8; exact against the
+    definition, then vLLM's own comparison (decoded, atol 0.001, rtol 0.1)."""
+    slots, kv_c, k_pe = mla_inputs(kv_lora_rank, MLA_DTYPES[dtype])
+    shape = (8, 16, kv_lora_rank + 64)
+    cache = torch.zeros(shape, dtype=torch.uint8 if kv_cache_dtype == "fp8" else MLA_DTYPES[dtype])
+    scale = torch.tensor(0.1)
+    vt.concat_and_cache_mla(kv_c, k_pe, cache, slots, kv_cache_dtype, scale)
+    ref = mla_reference(kv_c, k_pe, slots, shape, kv_cache_dtype, 0.1)
+    assert torch.equal(cache, ref)
+    if kv_cache_dtype == "fp8":
+        out = torch.empty(shape, dtype=torch.float16)
+        exp = torch.empty(shape, dtype=torch.float16)
+        vt.convert_fp8(out, cache, 0.1)
+        vt.convert_fp8(exp, ref, 0.1)
+        torch.testing.assert_close(out, exp, atol=0.001, rtol=0.1)
+
+
+@pytest.mark.parametrize("dtype", sorted(MLA_DTYPES))
+@pytest.mark.parametrize("kv_lora_rank", KV_LORA_RANKS)
+def test_concat_and_cache_mla_cpu(kv_lora_rank, dtype):
+    """vLLM's test_concat_and_cache_mla_cpu ('auto'), through the torch op as vLLM calls it."""
+    vtorch = pytest.importorskip("vtinfer.torch")
+    slots, kv_c, k_pe = mla_inputs(kv_lora_rank, MLA_DTYPES[dtype], seed=2)
+    shape = (8, 16, kv_lora_rank + 64)
+    cache = torch.zeros(shape, dtype=MLA_DTYPES[dtype])
+    torch.ops.vtinfer.concat_and_cache_mla(kv_c, k_pe, cache, slots, "auto", torch.tensor(0.1))
+    torch.testing.assert_close(cache, mla_reference(kv_c, k_pe, slots, shape, "auto", 0.1))
+    assert vtorch.concat_and_cache_mla is not None
+
+
+def ds_mla_reference(kv_c, k_pe, slots, num_blocks=8, block_size=16):
+    """The 656-byte fp8_ds_mla entries from their definition: per 128-element tile, s = max(max|x| / 448,
+    FLT_MIN) in float32, the e4m3 codes of x / s; the four s as float32; k_pe's 16-bit values."""
+    ref = np.zeros((num_blocks * block_size, 656), np.uint8)
+    x = kv_c.float().numpy()
+    pe = k_pe.view(torch.int16).numpy()
+    for t, s in enumerate(slots.tolist()):
+        tiles = x[t].reshape(4, 128)
+        sc = np.maximum(np.abs(tiles).max(axis=1) / np.float32(448), np.finfo(np.float32).tiny).astype(np.float32)
+        ref[s, :512] = e4m3(tiles / sc[:, None]).reshape(-1)
+        ref[s, 512:528] = sc.view(np.uint8)
+        ref[s, 528:] = pe[t].view(np.uint8)
+    return torch.from_numpy(ref.reshape(num_blocks, block_size, 656))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_concat_and_cache_ds_mla(dtype):
+    """vLLM's test_concat_and_cache_ds_mla (bfloat16; float16 as well): rank 512, rope 64, scale 1.0,
+    a uint8 [8, 16, 656] cache; byte-exact against the definition, then vLLM's three comparisons."""
+    tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+    slots, kv_c, k_pe = mla_inputs(512, tdt, seed=3)
+    cache = torch.zeros(8, 16, 656, dtype=torch.uint8)
+    vt.concat_and_cache_mla(kv_c, k_pe, cache, slots, "fp8_ds_mla", torch.tensor(1.0))
+    ref = ds_mla_reference(kv_c, k_pe, slots)
+    assert torch.equal(cache, ref)
+    for s in slots.tolist():
+        got, exp = cache.view(-1, 656)[s], ref.view(-1, 656)[s]
+        torch.testing.assert_close(got[:512], exp[:512], atol=0.001, rtol=0.1)
+        torch.testing.assert_close(got.view(torch.float32)[128:132], exp.view(torch.float32)[128:132],
+                                   atol=0.001, rtol=0.1)
+        torch.testing.assert_close(got.view(tdt)[264:], exp.view(tdt)[264:], atol=0.001, rtol=0.1)
+
+
+def test_concat_and_cache_ds_mla_tile_scale_floor_and_skip_scale():
+    """An all-zero tile stores FLT_MIN as its scale (zero codes); skip_scale reads the scale as 1."""
+    slots = torch.tensor([5], dtype=torch.long)
+    kv_c = torch.zeros(1, 512, dtype=torch.bfloat16)
+    kv_c[0, 200] = 3.0
+    cache = torch.zeros(1, 16, 656, dtype=torch.uint8)
+    vt.concat_and_cache_mla(kv_c, torch.ones(1, 64, dtype=torch.bfloat16), cache, slots, "fp8_ds_mla", 1.0)
+    sc = cache[0, 5, 512:528].view(torch.float32)
+    assert sc[0].item() == np.finfo(np.float32).tiny and sc[1].item() == np.float32(3.0) / np.float32(448)
+    assert int(cache[0, 5, :128].count_nonzero()) == 0 and cache[0, 5, 200].item() == 0x7E  # 448
+    a = torch.zeros(1, 16, 320, dtype=torch.uint8)
+    b = torch.zeros_like(a)
+    kc, kp = torch.randn(1, 256), torch.randn(1, 64)
+    vt.concat_and_cache_mla(kc, kp, a, slots, "fp8", 4.0, True)
+    vt.concat_and_cache_mla(kc, kp, b, slots, "fp8", 1.0)
+    assert torch.equal(a, b) and int(a.count_nonzero()) > 0
+
+
+def test_mask_empty_context_lse():
+    """vLLM's test_mask_empty_context_lse: requests of 2, 131 and 1 query tokens, contexts 4, 0, 3."""
+    vtorch = pytest.importorskip("vtinfer.torch")
+    qsl = torch.tensor([0, 2, 133, 134], dtype=torch.int32)
+    csl = torch.tensor([0, 4, 4, 7], dtype=torch.int32)
+    lse = torch.randn(4, 134, generator=torch.Generator().manual_seed(0))
+    expected = lse.clone()
+    expected[:, 2:133] = float("-inf")
+    vt.mask_empty_context_lse(lse, qsl, csl)
+    torch.testing.assert_close(lse, expected)
+    lse2 = expected.clone().normal_()
+    exp2 = lse2.clone()
+    exp2[:, 2:133] = float("-inf")
+    torch.ops.vtinfer.mask_empty_context_lse(lse2, qsl, csl)
+    torch.testing.assert_close(lse2, exp2)
+    assert vtorch.mask_empty_context_lse is not None
 
 
 # ------------------------------------------------------------------- test_flash_attn.py

@@ -162,3 +162,49 @@ def test_merge_attn_states(dtype, with_lse):
         assert torch.equal(torch.isfinite(lse), fin) and bool((lse[~fin] == lref[~fin]).all())
         assert bool(((lse.double()[fin] - lref[fin]).abs() <= 4 * 2.0**-23 * lref[fin].abs().clamp(min=1)).all())
     opcheck(ops.merge_attn_states, (torch.zeros_like(out), po, pl, so, sl, torch.zeros(H, T) if with_lse else None))
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8", "fp8_e5m2", "fp8_ds_mla"])
+def test_concat_and_cache_mla(kv_cache_dtype):
+    """Each entry against torch's own concatenation and casts (fp8_ds_mla: the tile scales and the
+    rope bytes from their definition), padded slots untouched; then opcheck."""
+    g = gen(8)
+    T, rank, pe, nb, bs = 5, 512, 64, 3, 4
+    kv_c = torch.randn(T, rank, generator=g).to(torch.bfloat16)
+    k_pe = torch.randn(T, pe, generator=g).to(torch.bfloat16)
+    slots = torch.tensor([7, -1, 0, 11, 3])
+    width, cdt = {"auto": (rank + pe, torch.bfloat16), "fp8_ds_mla": (656, torch.uint8)}.get(
+        kv_cache_dtype, (rank + pe, torch.uint8))
+    kv = torch.zeros(nb, bs, width, dtype=cdt)
+    ops.concat_and_cache_mla(kv_c, k_pe, kv, slots, kv_cache_dtype, torch.tensor(0.25))
+    flat = kv.view(nb * bs, width)
+    for t, s in enumerate(slots.tolist()):
+        if s < 0:
+            continue
+        e = flat[s]
+        if kv_cache_dtype == "auto":
+            assert torch.equal(e, torch.cat([kv_c[t], k_pe[t]]))
+        elif kv_cache_dtype == "fp8_ds_mla":
+            tiles = kv_c[t].float().view(4, 128)
+            sc = (tiles.abs().amax(1) / 448).clamp(min=torch.finfo(torch.float32).tiny)
+            assert torch.equal(e[512:528].view(torch.float32), sc)
+            assert torch.equal(e[:512].view(torch.float8_e4m3fn).float(), (tiles / sc[:, None]).to(
+                torch.float8_e4m3fn).float().view(-1))
+            assert torch.equal(e[528:].view(torch.bfloat16), k_pe[t])
+        else:
+            f8 = FP8["fp8_e5m2" if kv_cache_dtype == "fp8_e5m2" else "fp8_e4m3"][0]
+            want = (torch.cat([kv_c[t], k_pe[t]]).float() / 0.25).to(f8).view(torch.uint8)
+            assert torch.equal(e, want)
+    assert not flat[[1, 2, 4, 5, 6, 8, 9, 10]].any()
+    opcheck(ops.concat_and_cache_mla, (kv_c, k_pe, torch.zeros_like(kv), slots, kv_cache_dtype, torch.tensor(0.25)))
+
+
+def test_mask_empty_context_lse():
+    lse = torch.randn(3, 9, generator=gen(9))
+    want = lse.clone()
+    want[:, 4:8] = float("-inf")
+    qsl = torch.tensor([0, 4, 8, 8, 9], dtype=torch.int32)
+    csl = torch.tensor([0, 2, 2, 2, 5], dtype=torch.int32)  # request 2 is empty both ways
+    ops.mask_empty_context_lse(lse, qsl, csl)
+    assert torch.equal(lse, want)
+    opcheck(ops.mask_empty_context_lse, (torch.randn(3, 9, generator=gen(10)), qsl, csl))

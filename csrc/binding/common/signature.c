@@ -5,9 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define VT_X_NAME(name, dflt) #name,
-#define VT_X_DEFAULT(name, dflt) dflt,
-
 static char *attn_kwlist[] = {VT_ATTN_ARGS(VT_X_NAME) NULL};
 static const char *const attn_defaults[] = {VT_ATTN_ARGS(VT_X_DEFAULT) NULL};
 static char *attn_cuda_kwlist[] = {VT_ATTN_CUDA_ARGS(VT_X_NAME) NULL};
@@ -48,7 +45,7 @@ static int keyword_index(const vt_signature *s, PyObject *key) {
 
 /* args / kw by sig's table into field[0 .. nargs) (borrowed; NULL where not
  * given). The errors are CPython's own wording for such calls. */
-static int sig_parse(vt_signature *s, PyObject *args, PyObject *kw, PyObject **field) {
+int vt_sig_parse(vt_signature *s, PyObject *args, PyObject *kw, PyObject **field) {
     if (intern_names(s) < 0) return -1;
     memset(field, 0, sizeof *field * (size_t)s->nargs);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -111,18 +108,18 @@ int vt_store_pyargs_parse(PyObject *args, PyObject *kw, int xsplit, vt_store_pya
     PyObject *field[VT_SIG_MAX_ARGS];
     memset(a, 0, sizeof *a);
     if (xsplit) { /* reshape_and_cache's table: the common arguments, then num_threads */
-        if (sig_parse(&store_x_sig, args, kw, field) < 0) return -1;
+        if (vt_sig_parse(&store_x_sig, args, kw, field) < 0) return -1;
         PyObject **dst = (PyObject **)a;
         for (int i = 0; i < VT_STORE_NPOS; i++) dst[i] = field[i];
         a->num_threads = field[VT_STORE_NPOS];
         return 0;
     }
-    return sig_parse(&store_flash_sig, args, kw, (PyObject **)a);
+    return vt_sig_parse(&store_flash_sig, args, kw, (PyObject **)a);
 }
 
 int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, int cuda, vt_attn_pyargs *a) {
     memset(a, 0, sizeof *a);
-    return sig_parse(cuda ? &attn_cuda_sig : &attn_sig, args, kw, (PyObject **)a);
+    return vt_sig_parse(cuda ? &attn_cuda_sig : &attn_sig, args, kw, (PyObject **)a);
 }
 
 void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size) {

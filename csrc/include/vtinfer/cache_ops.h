@@ -22,7 +22,18 @@
  *                        m = -inf:                         out = 0, out_lse = -inf
  *                        otherwise: a = e^(p-m), b = e^(s-m),
  *                          out = prefix_out * a/(a+b) + suffix_out * b/(a+b), out_lse = log(a+b) + m
- *                      computed in float32, rounded to out's dtype (fp8: encode(out / output_scale)). */
+ *                      computed in float32, rounded to out's dtype (fp8: encode(out / output_scale)).
+ *   concat_and_cache_mla  for token t with slot s = slot_mapping[t] >= 0 (negative: skipped), the entry
+ *                      e = cache[s / block_size, s % block_size]:
+ *                        auto:        e = kv_c[t] ++ k_pe[t]                  (the cache's dtype is the input's)
+ *                        fp8 formats: e = encode((kv_c[t] ++ k_pe[t]) / scale)
+ *                        fp8_ds_mla (656 bytes; kv_lora_rank 512, pe_dim 64, 16-bit input): per tile j of
+ *                          128 kv_c elements, s_j = max(max|x| / 448, FLT_MIN) (float32; a NaN is ignored
+ *                          by the max), bytes [128j, 128j + 128) = e4m3(x / s_j); bytes [512, 528) the four
+ *                          s_j as float32; bytes [528, 656) k_pe's 64 16-bit values as given.
+ *   mask_empty_context_lse  for request r whose context is empty (context_start_loc[r] ==
+ *                      context_start_loc[r + 1]): lse[h, t] = -inf for every head h and query token t in
+ *                      [query_start_loc[r], query_start_loc[r + 1]). */
 #ifndef VTINFER_CACHE_OPS_H
 #define VTINFER_CACHE_OPS_H
 
@@ -157,6 +168,61 @@ typedef struct vt_merge_attn_params {
  * output_scale with a float output); VT_ERR_VALUE (shapes, NULL pointers,
  * prefill_tokens_with_context out of range, output_scale). */
 VT_API vt_status vt_merge_attn_states(const vt_merge_attn_params *p, int num_threads, vt_error *err);
+
+/* The MLA cache formats of concat_and_cache_mla beyond the element ones. */
+#define VT_MLA_DS_MLA (-2)                 /* fp8_ds_mla's 656-byte entry */
+#define VT_MLA_DS_ENTRY_BYTES 656
+#define VT_MLA_DS_RANK 512
+#define VT_MLA_DS_PE 64
+#define VT_MLA_DS_TILE 128
+
+typedef struct vt_concat_mla_params {
+    const char *fn;
+    /* kv_c [num_tokens, kv_lora_rank] and k_pe [num_tokens, pe_dim] in
+     * in_dtype (F32/F16/BF16), read; byte distance between tokens; each
+     * row contiguous. */
+    const void *kv_c, *k_pe;
+    vt_dtype in_dtype;
+    int64_t kv_c_stride, k_pe_stride;
+    int64_t num_tokens, kv_lora_rank, pe_dim;
+    /* slot_mapping [num_tokens] int64, element stride; read. */
+    const int64_t *slot_mapping;
+    int64_t slot_stride;
+    /* kv_cache [num_blocks, block_size, entry], written: byte strides of a
+     * block and an entry; entry_bytes the bytes of one entry (each entry
+     * contiguous). */
+    void *kv_cache;
+    int64_t num_blocks, block_size, block_stride, entry_stride, entry_bytes;
+    /* VT_DTYPE_AUTO (the cache holds in_dtype), VT_DTYPE_FP8_E4M3 /
+     * VT_DTYPE_FP8_E5M2 (codes of x / scale), or VT_MLA_DS_MLA. */
+    int cache_format;
+    /* fp8 formats: finite > 0. Ignored otherwise (fp8_ds_mla computes its
+     * tile scales). */
+    float scale;
+} vt_concat_mla_params;
+
+/* Status: VT_OK; VT_ERR_TYPE (in_dtype, cache_format); VT_ERR_VALUE
+ * (fp8_ds_mla geometry, an entry_bytes that is not the entry's, scale,
+ * NULL pointers, a negative count); VT_ERR_OVERFLOW (num_blocks *
+ * block_size); VT_ERR_INDEX (a slot >= num_blocks * block_size). Nothing
+ * is written on error. Tokens are stored in order (a repeated slot keeps
+ * the last token). */
+VT_API vt_status vt_concat_and_cache_mla(const vt_concat_mla_params *p, vt_error *err);
+
+typedef struct vt_mask_lse_params {
+    const char *fn;
+    /* lse [num_heads, num_tokens] float32, element strides; written. */
+    float *lse;
+    int64_t num_heads, num_tokens, stride_head, stride_tok;
+    /* query_start_loc, context_start_loc [num_reqs + 1] int32, element
+     * strides; read. */
+    const int32_t *query_start_loc, *context_start_loc;
+    int64_t num_reqs, qsl_stride, csl_stride;
+} vt_mask_lse_params;
+
+/* Status: VT_OK; VT_ERR_VALUE (query_start_loc not non-decreasing from
+ * >= 0 or past num_tokens, NULL pointers). Nothing is written on error. */
+VT_API vt_status vt_mask_empty_context_lse(const vt_mask_lse_params *p, vt_error *err);
 
 #ifdef __cplusplus
 }
