@@ -86,6 +86,24 @@ KV_CACHE_DTYPES: tuple[str, ...] = _C.kv_cache_flags()
 FP8_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.is_fp8)
 PER_TOKEN_HEAD_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.scale_kind == "token_head")
 TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
+#: vLLM 0.33's ``--kv-cache-dtype`` values (``CacheDType``), in vLLM's order.
+VLLM_KV_CACHE_DTYPES: tuple[str, ...] = _C.vllm_kv_cache_dtypes()
+
+
+def _not_stored_reason(name: str, what: str) -> str:
+    """What the format is, then what vLLM 0.33's CPU build answers for it (``vllm/platforms/cpu.py``)."""
+    cpu = f"vLLM on a CPU: '--kv-cache-dtype {name} is not supported by the CPU attention backend on this host.'"
+    if name.endswith("_ds_mla"):
+        cpu += f" (an MLA model: '--kv-cache-dtype {name} is not supported by MLA attention on CPU.')"
+    return f"{what}. {cpu}"
+
+
+#: Each of vLLM's values vtinfer does not store -> why: what the format is, where vLLM runs it, and
+#: the error vLLM's own CPU build raises for it. ``VLLM_KV_CACHE_DTYPES`` is ``KV_CACHE_DTYPES``'
+#: vLLM names plus these keys.
+KV_CACHE_DTYPES_NOT_STORED: dict[str, str] = {
+    name: _not_stored_reason(name, what) for name, what in _C.vllm_kv_cache_dtypes_unstored().items()
+}
 
 
 def dtype_info(name: str) -> DtypeInfo:

@@ -68,7 +68,8 @@ def _check_flag(flag: object) -> None:
     others = [x for x in vllm if x not in KV_CACHE_DTYPES]
     raise ValueError(f"resolve_kv_cache_dtype: kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (what "
                      f"vtinfer stores); got {flag[:64]!r}. vLLM also accepts {', '.join(others)}: vtinfer resolves "
-                     "them as vLLM does but has no storage format for them")
+                     "them as vLLM does but does not store them (vtinfer.KV_CACHE_DTYPES_NOT_STORED says why, "
+                     "per value)")
 
 
 def resolve_kv_cache_dtype(kv_cache_dtype: str, model: str | os.PathLike | Checkpoint) -> Resolution:

@@ -152,7 +152,11 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         geo = ck.geometry
         res = resolve_kv_cache_dtype(kv_cache_dtype, ck)
         if res.dtype is None:
-            raise NotImplementedError(f"plan_kv_cache: vtinfer cannot store kv_cache_dtype {res.cache_dtype!r}")
+            from vtinfer._dtypes import KV_CACHE_DTYPES_NOT_STORED
+
+            why = KV_CACHE_DTYPES_NOT_STORED.get(res.cache_dtype)
+            raise NotImplementedError(f"plan_kv_cache: vtinfer cannot store kv_cache_dtype {res.cache_dtype!r}"
+                                      + (f": {why}" if why else ""))
         dtype = res.dtype
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"plan_kv_cache: block_size must be a positive int; got {block_size!r}")

@@ -4,6 +4,7 @@
  *   _C.resolve_kv_cache_dtype(kv_cache_dtype: str, config: bytes | str,
  *                             hf_quant_config: bytes | str | None = None, *, layers=True) -> dict
  *   _C.vllm_kv_cache_dtypes() -> tuple[str, ...]
+ *   _C.vllm_kv_cache_dtypes_unstored() -> dict[str, str]
  *
  * `config` / `hf_quant_config` are document text (bytes) or a file path
  * (str); a path for hf_quant_config is read only when vLLM would read it
@@ -235,6 +236,24 @@ static PyObject *py_vllm_dtypes(PyObject *m, PyObject *unused) {
     return t;
 }
 
+static PyObject *py_vllm_unstored(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < vt_vllm_kv_cache_dtype_count(); i++) {
+        const char *name = vt_vllm_kv_cache_dtype(i), *what = vt_vllm_kv_cache_dtype_unstored(name);
+        if (!what) continue;
+        PyObject *v = PyUnicode_FromString(what);
+        if (!v || PyDict_SetItemString(d, name, v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
 static PyMethodDef resolver_methods[] = {
     {"json_loads", (PyCFunction)(void (*)(void))py_json_loads, METH_VARARGS | METH_KEYWORDS,
      "json_loads(text, name=None, *, max_depth=0, max_bytes=0)\n--\n\nParse JSON bytes with vtinfer's C reader."},
@@ -243,6 +262,8 @@ static PyMethodDef resolver_methods[] = {
      "Resolve a --kv-cache-dtype flag against config.json (bytes or path) as vLLM does."},
     {"vllm_kv_cache_dtypes", py_vllm_dtypes, METH_NOARGS,
      "vllm_kv_cache_dtypes()\n--\n\nvLLM's accepted --kv-cache-dtype values (pinned release)."},
+    {"vllm_kv_cache_dtypes_unstored", py_vllm_unstored, METH_NOARGS,
+     "vllm_kv_cache_dtypes_unstored()\n--\n\nvLLM's values vtinfer does not store: name -> what the format is."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "vtinfer/dtype.h"
+#include "vtinfer/resolver.h"
 
 static const char *const flags_f32[] = {"float32", "float", NULL};
 static const char *const flags_f16[] = {"float16", "half", NULL};
@@ -185,6 +186,10 @@ vt_status vt_dtype_from_name(const char *name, const char *argname, int *out, vt
         used += len;
         list[used] = '\0';
     }
+    const char *unstored = vt_vllm_kv_cache_dtype_unstored(name);
+    if (unstored)
+        return vt_error_set(err, VT_ERR_VALUE, "%s must be one of %s; got '%s', which vtinfer does not store: %s",
+                            argname, list, name, unstored);
     return vt_error_set(err, VT_ERR_VALUE, "%s must be one of %s; got '%.64s'", argname, list, name);
 }
 

@@ -9,17 +9,49 @@
 
 #include "vtinfer/dtype.h"
 
-/* CacheDType of the pinned vLLM (vllm/config/cache.py), upstream order. */
-static const char *const vllm_kv_cache_dtypes[] = {
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-    "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
-    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+/* CacheDType of the pinned vLLM (vllm/config/cache.py), upstream order; for
+ * the values vtinfer does not store (no row in the dtype table), what the
+ * format is and where vLLM runs it. */
+typedef struct vllm_kv_dtype {
+    const char *name;
+    const char *unstored; /* NULL: vtinfer stores it */
+} vllm_kv_dtype;
+
+#define OCTAVE_CODES "Lloyd-Max codes, fp16 scales; vLLM's ROCm backend only)"
+static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
+    {"auto", NULL}, {"float16", NULL}, {"bfloat16", NULL}, {"fp8", NULL}, {"fp8_e4m3", NULL}, {"fp8_e5m2", NULL},
+    {"fp8_inc", "Intel Gaudi's fp8 (e4m3 through Intel Neural Compressor; vLLM runs it on HPU only)"},
+    {"fp8_ds_mla", "DeepSeek MLA's 656-byte latent entry (written by concat_and_cache_mla; no per-head K/V page, "
+                   "so PagedKVCache does not hold it)"},
+    {"nvfp4_ds_mla", "DeepSeek MLA latents in NVFP4 (vLLM's GPU MLA backends only)"},
+    {"turboquant_k8v4", NULL}, {"turboquant_4bit_nc", NULL}, {"turboquant_k3v4_nc", NULL},
+    {"turboquant_3bit_nc", NULL},
+    {"octave_k3v4", "ROCm Octave, 3-bit keys and 4-bit values (byte slots per token and KV head: sign flips and a "
+                    "Walsh-Hadamard rotation per 64 dims, " OCTAVE_CODES},
+    {"octave_k3v3", "ROCm Octave, 3-bit keys and values (byte slots per token and KV head: sign flips and a "
+                    "Walsh-Hadamard rotation per 64 dims, " OCTAVE_CODES},
+    {"octave_k3v3_compact", "ROCm Octave, 3-bit keys and values, compact (sign flips and one Walsh-Hadamard rotation "
+                            "over the whole head, " OCTAVE_CODES},
+    {"ultraquant_4bit", "UltraQuant (FP4 E2M1 codes, UE8M0 power-of-two scales per group of 32, Hadamard-rotated "
+                        "keys; vLLM's GPU backend)"},
+    {"int4_per_token_head", NULL}, {"int8_per_token_head", NULL}, {"fp8_per_token_head", NULL},
+    {"nvfp4", "NVFP4 (FP4 E2M1 codes, e4m3 scales per 16 elements and a global scale; FlashInfer's compiled store "
+              "on a GPU)"},
+    {"nvfp4_4over6", "NVFP4 with a max/6 or max/4 scale per 16 elements chosen by least squared error (FlashInfer's "
+                     "compiled store on a GPU)"},
 };
+#undef OCTAVE_CODES
 #define N_VLLM_DTYPES (sizeof vllm_kv_cache_dtypes / sizeof vllm_kv_cache_dtypes[0])
 
 size_t vt_vllm_kv_cache_dtype_count(void) { return N_VLLM_DTYPES; }
-const char *vt_vllm_kv_cache_dtype(size_t i) { return i < N_VLLM_DTYPES ? vllm_kv_cache_dtypes[i] : NULL; }
+const char *vt_vllm_kv_cache_dtype(size_t i) { return i < N_VLLM_DTYPES ? vllm_kv_cache_dtypes[i].name : NULL; }
+
+const char *vt_vllm_kv_cache_dtype_unstored(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < N_VLLM_DTYPES; i++)
+        if (strcmp(name, vllm_kv_cache_dtypes[i].name) == 0) return vllm_kv_cache_dtypes[i].unstored;
+    return NULL;
+}
 
 const char *vt_kv_source_name(vt_kv_source s) {
     switch (s) {
@@ -248,14 +280,14 @@ vt_json *vt_resolver_quant_config(vt_json_doc *config, vt_json_doc *hf_quant) {
 
 static int is_flag_known(const char *s) {
     for (size_t i = 0; i < N_VLLM_DTYPES; i++)
-        if (!strcmp(s, vllm_kv_cache_dtypes[i])) return 1;
+        if (!strcmp(s, vllm_kv_cache_dtypes[i].name)) return 1;
     return 0;
 }
 
 static void supported_list(char *buf, size_t cap) {
     size_t w = 0;
     for (size_t i = 0; i < N_VLLM_DTYPES && w + 1 < cap; i++) {
-        int k = snprintf(buf + w, cap - w, "%s'%s'", i ? ", " : "[", vllm_kv_cache_dtypes[i]);
+        int k = snprintf(buf + w, cap - w, "%s'%s'", i ? ", " : "[", vllm_kv_cache_dtypes[i].name);
         if (k < 0) break;
         w += (size_t)k;
     }

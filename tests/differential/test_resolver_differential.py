@@ -179,3 +179,43 @@ hf_file = st.just(NO_FILE) | st.none() | quant_cfg
 @given(flag=st.sampled_from(FLAGS + ["auto"] * 4), cfg=config, hq=hf_file)
 def test_generated_documents(vllm_resolver, flag, cfg, hq):
     agree(vllm_resolver, flag, cfg, hq)
+
+
+def _cpu_refusals(vllm_source, name: str) -> list[str]:
+    """The messages vllm/platforms/cpu.py's get_attn_backend_cls raises for --kv-cache-dtype `name`
+    (its f-strings rendered with the name), the MLA one first."""
+    import ast as _ast
+
+    tree = _ast.parse(vllm_source.read("vllm/platforms/cpu.py"))
+    fn = next(n for n in _ast.walk(tree) if isinstance(n, _ast.FunctionDef) and n.name == "get_attn_backend_cls")
+    out = []
+    for node in _ast.walk(fn):
+        if isinstance(node, _ast.Raise) and isinstance(node.exc, _ast.Call) and node.exc.args and \
+                isinstance(node.exc.args[0], _ast.JoinedStr):
+            parts = [v.value if isinstance(v, _ast.Constant) else name for v in node.exc.args[0].values]
+            out.append("".join(parts))
+    return sorted(out, key=lambda m: "MLA" not in m)
+
+
+def test_every_vllm_value_is_stored_or_refused_with_the_cpu_reason(vllm_resolver, vllm_source):
+    """vt.VLLM_KV_CACHE_DTYPES is vLLM 0.33's CacheDType; each value is stored (a name of
+    KV_CACHE_DTYPES) or a key of KV_CACHE_DTYPES_NOT_STORED, never both; each reason quotes what vLLM's
+    own CPU build raises for it (read from the wheel), which vLLM's CPU_ATTN indeed does not accept."""
+    import vtinfer as vt
+
+    assert list(vt.VLLM_KV_CACHE_DTYPES) == vllm_resolver.kv_cache_dtypes and len(vt.VLLM_KV_CACHE_DTYPES) == 22
+    stored = {x for x in vt.VLLM_KV_CACHE_DTYPES if x in vt.KV_CACHE_DTYPES}
+    refused = set(vt.KV_CACHE_DTYPES_NOT_STORED)
+    assert not stored & refused and stored | refused == set(vt.VLLM_KV_CACHE_DTYPES)
+    assert refused == {"fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
+                       "ultraquant_4bit", "nvfp4", "nvfp4_4over6"}
+    cpu_attn = vllm_source.read("vllm/v1/attention/backends/cpu_attn.py")
+    accepted = cpu_attn[cpu_attn.index("supported_kv_cache_dtypes"):cpu_attn.index("def get_supported_kernel")]
+    for name, why in vt.KV_CACHE_DTYPES_NOT_STORED.items():
+        mla, attn = _cpu_refusals(vllm_source, name)
+        assert f'"{name}"' not in accepted
+        assert attn in why, (name, why)
+        assert (mla in why) == name.endswith("_ds_mla"), (name, why)
+        with pytest.raises(ValueError, match="which vtinfer does not store") as e:
+            vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=64, dtype=name)
+        assert why.split(". vLLM on a CPU")[0] in str(e.value)

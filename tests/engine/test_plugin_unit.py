@@ -144,12 +144,14 @@ def test_page_equals_vllms_own_backend(vllm_installed, kv, head_size):
 
 
 def test_refused_dtypes_name_vtinfer(vllm_installed):
+    import vtinfer as vt
     from vtinfer.vllm import layout
     from vtinfer.vllm.impl import VtinferAttentionImpl
 
     for kv in ("nvfp4", "ultraquant_4bit", "fp8_inc"):
-        with pytest.raises(NotImplementedError, match="vtinfer attention backend: kv_cache_dtype must be one of"):
+        with pytest.raises(NotImplementedError, match="vtinfer attention backend: kv_cache_dtype must be one of") as e:
             VtinferAttentionImpl(4, 64, 0.125, 2, None, None, kv)
+        assert vt.KV_CACHE_DTYPES_NOT_STORED[kv] in str(e.value)  # what the format is, vLLM's CPU error
         assert kv not in layout.supported_kv_cache_dtypes()
     with pytest.raises(NotImplementedError, match="vtinfer attention backend: attention type must be decoder"):
         VtinferAttentionImpl(4, 64, 0.125, 2, None, None, "auto", attn_type="encoder_only")

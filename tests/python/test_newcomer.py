@@ -149,8 +149,9 @@ def test_an_unknown_kv_cache_dtype_lists_what_vtinfer_stores_then_the_rest_with_
     stored, rest = msg.split(" (what vtinfer stores)")
     assert stored.endswith(", ".join(vt.KV_CACHE_DTYPES))  # derived from the dtype table, in its order
     others = [x for x in vt._C.vllm_kv_cache_dtypes() if x not in vt.KV_CACHE_DTYPES]
-    assert others and f"vLLM also accepts {', '.join(others)}: vtinfer resolves them as vLLM does but has no " \
-        "storage format for them" in rest
+    assert others and f"vLLM also accepts {', '.join(others)}: vtinfer resolves them as vLLM does but does not " \
+        "store them (vtinfer.KV_CACHE_DTYPES_NOT_STORED says why, per value)" in rest
+    assert sorted(others) == sorted(vt.KV_CACHE_DTYPES_NOT_STORED)
     for x in others:
         assert x not in stored
 

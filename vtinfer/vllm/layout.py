@@ -37,9 +37,11 @@ def family(kv_cache_dtype: str) -> str:
     if kv_cache_dtype == "auto":
         return "plain"
     if kv_cache_dtype not in vt.KV_CACHE_DTYPES:
+        why = vt.KV_CACHE_DTYPES_NOT_STORED.get(kv_cache_dtype)
         raise NotImplementedError(
             f"vtinfer attention backend: kv_cache_dtype must be one of {', '.join(supported_kv_cache_dtypes())}; "
-            f"got {kv_cache_dtype!r} (vtinfer has no kernels for it; unset VTINFER_VLLM to use vLLM's own backend)")
+            f"got {kv_cache_dtype!r} (vtinfer has no kernels for it{': ' + why if why else ''}; unset VTINFER_VLLM "
+            "to use vLLM's own backend)")
     info = vt.dtype_info(kv_cache_dtype)
     if kv_cache_dtype in vt.TURBOQUANT_DTYPES:
         return "turboquant"

@@ -69,6 +69,10 @@ typedef struct vt_resolution {
  * release), in upstream order; index i in [0, vt_vllm_kv_cache_dtype_count()). */
 VT_API size_t vt_vllm_kv_cache_dtype_count(void);
 VT_API const char *vt_vllm_kv_cache_dtype(size_t i);
+/* For a vLLM value vtinfer does not store: what the format is and where
+ * vLLM runs it (one phrase, no trailing period). NULL for a value vtinfer
+ * stores, and for a name vLLM does not accept. */
+VT_API const char *vt_vllm_kv_cache_dtype_unstored(const char *name);
 
 /* Resolve.
  *   kv_cache_dtype : in, NUL-terminated flag value ("auto", "fp8", ...).
