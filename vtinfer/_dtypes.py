@@ -44,13 +44,19 @@ class DtypeInfo:
     page_layout : str
         ``"dense"``, ``"scale_planes"`` (a float32 ``[num_blocks, block_size,
         H_kv]`` plane each for K and V beside the codes) or ``"slots"``
-        (TurboQuant: one uint8 ``[num_blocks, block_size, H_kv, slot_bytes]``
-        cache holding K, V and their scales; ``vt.turboquant_slot_bytes``).
+        (the slot formats, TurboQuant and UltraQuant: one uint8 ``[num_blocks,
+        block_size, H_kv, slot_bytes]`` cache holding K, V and their scales;
+        ``vt.turboquant_slot_bytes``).
     key_bits, value_bits : int
-        TurboQuant only (0 otherwise): key bits (8 = fp8 e4m3 keys; 3 / 4 =
-        Lloyd-Max indices of the rotated key) and value code bits.
+        Slot formats only (0 otherwise): key bits (TurboQuant: 8 = fp8 e4m3 keys,
+        3 / 4 = Lloyd-Max indices of the rotated key; UltraQuant: 4, FP4 E2M1 of the
+        rotated key) and value code bits.
     norm_correction : bool
         TurboQuant: the read renormalises the key's centroids (``_nc`` presets).
+    family : str
+        The format family (one C file each): ``"plain"``, ``"fp8"``,
+        ``"per_token_head"``, ``"int4_per_token_head"``, ``"turboquant"``,
+        ``"ultraquant"``.
     """
 
     id: int
@@ -72,6 +78,7 @@ class DtypeInfo:
     key_bits: int
     value_bits: int
     norm_correction: bool
+    family: str
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -85,7 +92,9 @@ DTYPES: tuple[DtypeInfo, ...] = tuple(DtypeInfo(**row) for row in _C.dtype_table
 KV_CACHE_DTYPES: tuple[str, ...] = _C.kv_cache_flags()
 FP8_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.is_fp8)
 PER_TOKEN_HEAD_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.scale_kind == "token_head")
-TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
+TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.family == "turboquant")
+#: The slot formats (TurboQuant and UltraQuant): K and V of a (token, KV head) in one uint8 slot.
+SLOT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
 #: vLLM 0.33's ``--kv-cache-dtype`` values (``CacheDType``), in vLLM's order.
 VLLM_KV_CACHE_DTYPES: tuple[str, ...] = _C.vllm_kv_cache_dtypes()
 

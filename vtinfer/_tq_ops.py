@@ -18,12 +18,12 @@ import ml_dtypes
 import numpy as np
 
 from vtinfer import _framework
-from vtinfer._dtypes import TURBOQUANT_DTYPES
+from vtinfer._dtypes import SLOT_DTYPES
 
 
 def is_turboquant(kv_cache_dtype: Any) -> bool:
-    """Whether a ``kv_cache_dtype`` argument names a TurboQuant format (the table's slot formats)."""
-    return isinstance(kv_cache_dtype, str) and kv_cache_dtype in TURBOQUANT_DTYPES
+    """Whether a ``kv_cache_dtype`` argument names a slot format (TurboQuant or UltraQuant: the table's slots)."""
+    return isinstance(kv_cache_dtype, str) and kv_cache_dtype in SLOT_DTYPES
 
 
 def _same_cache(a: Any, b: Any) -> bool:

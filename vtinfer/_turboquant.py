@@ -1,12 +1,13 @@
-"""vLLM 0.33's TurboQuant KV formats on a caller-owned slot cache.
+"""vLLM 0.33's slot KV formats (TurboQuant and UltraQuant) on a caller-owned slot cache.
 
-``turboquant_k8v4``, ``turboquant_4bit_nc``, ``turboquant_k3v4_nc`` and
-``turboquant_3bit_nc`` keep K and V of one (token, KV head) in one uint8 slot
-(``turboquant_slot_bytes``): the store (``turboquant_store``) and the
-dequantized read (``turboquant_gather``) are C (csrc/core/kv_store_tq.c); the
-Lloyd-Max codebook the MSE presets index is computed here, once per
-(head_size, bits), as vLLM computes it (float64, then float32). The rules with
-vLLM's file and line: .agents/specs/kv-formats.md (TurboQuant).
+``turboquant_k8v4``, ``turboquant_4bit_nc``, ``turboquant_k3v4_nc``,
+``turboquant_3bit_nc`` and ``ultraquant_4bit`` (``vt.SLOT_DTYPES``) keep K and
+V of one (token, KV head) in one uint8 slot (``turboquant_slot_bytes``): the
+store (``turboquant_store``) and the dequantized read (``turboquant_gather``)
+are C (csrc/core/kv_slots.c with each format's codec, kv_store_tq.c and
+kv_store_uq.c); the Lloyd-Max codebook TurboQuant's MSE presets index is
+computed here, once per (head_size, bits), as vLLM computes it (float64, then
+float32). The rules with vLLM's sources: .agents/specs/kv-formats.md.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ from typing import Any
 import numpy as np
 
 from vtinfer import _C
-from vtinfer._dtypes import TURBOQUANT_DTYPES, dtype_info
+from vtinfer._dtypes import SLOT_DTYPES, dtype_info
 
 
 def _tq_info(kv_cache_dtype: Any, fn: str):
-    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in TURBOQUANT_DTYPES:
-        raise ValueError(f"{fn}: kv_cache_dtype must be one of {', '.join(TURBOQUANT_DTYPES)}; got {kv_cache_dtype!r}")
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in SLOT_DTYPES:
+        raise ValueError(f"{fn}: kv_cache_dtype must be one of {', '.join(SLOT_DTYPES)}; got {kv_cache_dtype!r}")
     return dtype_info(kv_cache_dtype)
+
+
+def _indexes_codebook(info) -> bool:
+    """TurboQuant's MSE key presets index a Lloyd-Max codebook (k8v4 and UltraQuant do not)."""
+    return info.family == "turboquant" and info.key_bits != 8
 
 
 def _head_size(head_size: Any, fn: str) -> int:
@@ -46,6 +52,8 @@ def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int) -> int:
     ``[key part | value codes | fp16 value scale | fp16 value zero]`` rounded up
     to even; the key part is ``head_size`` e4m3 bytes (``turboquant_k8v4``) or
     ``ceil(head_size * key_bits / 8)`` index bytes and an fp16 norm.
+    ``ultraquant_4bit``: ``head_size + 2 * head_size / 32`` (K codes, K
+    scales, V codes, V scales; vLLM's ``ultraquant.format.slot_size``).
     """
     _tq_info(kv_cache_dtype, "turboquant_slot_bytes")
     return _C.dtype_slot_bytes(kv_cache_dtype, _head_size(head_size, "turboquant_slot_bytes"))
@@ -100,22 +108,24 @@ def _lloyd_max(head_size: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
 
 def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
     """The Lloyd-Max ``(centroids, midpoints)`` (float32, read-only) an MSE preset's keys index;
-    ``turboquant_k8v4`` (fp8 keys) has none: ``(None, None)``."""
+    ``turboquant_k8v4`` (fp8 keys) and ``ultraquant_4bit`` (FP4 codes) have none: ``(None, None)``."""
     info = _tq_info(kv_cache_dtype, "turboquant_codebook")
-    if info.key_bits == 8:
+    if not _indexes_codebook(info):
         return None, None  # type: ignore[return-value]
     return _lloyd_max(int(head_size), info.key_bits)
 
 
 def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str) -> None:
-    """Store tokens into a TurboQuant slot cache as vLLM 0.33's ``triton_turboquant_store`` does.
+    """Store tokens into a slot cache as vLLM 0.33's Triton stores do (TurboQuant's
+    ``triton_turboquant_store``, UltraQuant's ``ultraquant_store``).
 
     Parameters
     ----------
     key, value : array ``[num_tokens, num_kv_heads, head_size]``
         float32, float16 or bfloat16 (NumPy or DLPack), last dimension
         contiguous; widened to float32. ``head_size`` even; a power of two for
-        the MSE presets (the Hadamard rotation).
+        the MSE presets (the Hadamard rotation); for ``ultraquant_4bit`` a power
+        of two from 32 (groups of 32, the rotation).
     kv_cache : uint8 array ``[num_blocks, block_size, num_kv_heads, slot_bytes]``
         Written in place; ``slot_bytes = turboquant_slot_bytes(kv_cache_dtype,
         head_size)``; any strides with contiguous slots (vLLM's
@@ -123,18 +133,22 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
     slot_mapping : int64 array ``[num_tokens]``
         ``block * block_size + offset``; negative skips the token.
     kv_cache_dtype : str
-        One of ``vt.TURBOQUANT_DTYPES``.
+        One of ``vt.SLOT_DTYPES``.
 
-    Each (token, head) slot gets ``[key | value codes | fp16 scale | fp16 zero]``:
+    TurboQuant: each (token, head) slot gets ``[key | value codes | fp16 scale | fp16 zero]``:
     k8v4 keys as e4m3 (nearest even, saturating); MSE keys as the Lloyd-Max
     indices of ``(k / (||k|| + 1e-8)) H`` (H the Sylvester Hadamard / sqrt(D))
     and the fp16 norm; values by min / max at 4 or 3 bits. Bytes no rule writes
-    (the even-rounding pad, a 3-bit tail) keep their contents. Single-threaded.
+    (the even-rounding pad, a 3-bit tail) keep their contents. UltraQuant:
+    ``[K codes | K scales | V codes | V scales]``, FP4 E2M1 codes with one
+    UE8M0 scale per group of 32 (``s = 2^floor(log2(0.156 absmax) + 0.5)``),
+    K first rotated by the store kernel's float32 Walsh-Hadamard butterflies.
+    Single-threaded.
     Every argument and slot is checked first: a refused call writes nothing.
     """
     info = _tq_info(kv_cache_dtype, "turboquant_store")
     mids = None
-    if info.key_bits != 8:
+    if _indexes_codebook(info):
         D = getattr(key, "shape", (0,))[-1] if getattr(key, "ndim", 0) == 3 else 0
         if isinstance(D, int) and D > 0 and D % 2 == 0 and D & (D - 1) == 0 and D <= 4096:
             mids = _lloyd_max(D, info.key_bits)[1]
@@ -144,7 +158,8 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
 
 
 def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Dequantize slots of a TurboQuant slot cache: vLLM's ``_tq_full_dequant_kv`` in float32.
+    """Dequantize slots of a slot cache: vLLM's ``_tq_full_dequant_kv`` (TurboQuant) and
+    ``ultraquant_dequant`` (UltraQuant) in float32.
 
     Parameters
     ----------
@@ -162,7 +177,8 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         basis**, ``norm * c[index]`` (``_nc``: c first scaled by
         ``1 / sqrt(sum c^2 + 1e-16)``), as vLLM's read uses it (its queries are
         rotated instead); the model-basis key is ``K @ H`` with H the
-        orthonormal Sylvester Hadamard (its own inverse).
+        orthonormal Sylvester Hadamard (its own inverse). UltraQuant: the E2M1
+        value times ``2^(byte - 127)`` (byte 0 reads 0); K in the rotated basis.
     """
     info = _tq_info(kv_cache_dtype, "turboquant_gather")
     head_size = _head_size(head_size, "turboquant_gather")
@@ -173,7 +189,7 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
     k = np.empty((n, H, head_size), np.float32)
     v = np.empty((n, H, head_size), np.float32)
     cen = None
-    if info.key_bits != 8:
+    if _indexes_codebook(info):
         D = head_size
         cen = _lloyd_max(D, info.key_bits)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
             1 << info.key_bits, np.float32)
@@ -203,15 +219,17 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
                          kv_cache_dtype: str, softmax_scale: float | None = None, causal: bool = True,
                          window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
                          s_aux: Any = None, return_lse: bool = False, num_threads: int | None = None) -> Any:
-    """Paged attention over a TurboQuant slot cache (the meaning of vLLM 0.33's TurboQuant decode).
+    """Paged attention over a slot cache (the meaning of vLLM 0.33's TurboQuant and UltraQuant decode).
 
     The simplest correct path: the blocks ``block_table`` names are dequantized
     (``turboquant_gather``) into a float32 paged copy, and
     ``vt.flash_attn_varlen_func`` runs over it. MSE presets keep keys in the
     rotated basis, so the queries are rotated as vLLM's decode rotates them,
     ``q_rot = float32(q) @ H`` (a float32 product; ``q . k = q_rot . k_rot``);
-    k8v4 queries are widened to float32. V is never rotated. The output is
-    rounded (nearest even) to q's dtype.
+    k8v4 queries are widened to float32. UltraQuant's queries are rotated the
+    same way and then rounded to float8 e4m3fn (scale 1), as vLLM's launcher
+    and reference (``reference_ultraquant_attention``) do. V is never
+    rotated. The output is rounded (nearest even) to q's dtype.
 
     Parameters
     ----------
@@ -222,7 +240,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     return_lse, num_threads
         As ``vt.flash_attn_varlen_func`` (``softmax_scale`` defaults to ``1 / sqrt(head_size)``).
     kv_cache_dtype : str
-        One of ``vt.TURBOQUANT_DTYPES``.
+        One of ``vt.SLOT_DTYPES``.
 
     Returns
     -------
@@ -272,8 +290,12 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     k = k.reshape(len(used), bs, -1, D)
     v = v.reshape(len(used), bs, -1, D)
     qf = q.astype(np.float32)
-    if info.key_bits != 8:
+    if info.key_bits != 8:  # keys in the rotated basis
         qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
+    if info.family == "ultraquant":
+        import ml_dtypes
+
+        qf = qf.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
     res = flash_attn_varlen_func(
         qf, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k,
         block_table=np.where(read, np.searchsorted(used, bt), 0).astype(np.int32), softmax_scale=softmax_scale,

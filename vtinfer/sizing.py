@@ -164,8 +164,8 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
     elem = info.elem_bytes
     kv_rank = rank_heads(geo.num_heads, geo.num_kv_heads, tensor_parallel_size, 0).num_kv_heads
     if dtype_info(dtype).page_layout == "slots":
-        # vLLM 0.33 EngineArgs: a turboquant_* cache keeps the first / last 2 attention layers at the model dtype
-        # (TurboQuantConfig.get_boundary_skip_layers, dense models), added to the skip list
+        # vLLM 0.33 EngineArgs: a turboquant_* or ultraquant_4bit cache keeps the first / last 2 attention layers
+        # at the model dtype (TurboQuantConfig.get_boundary_skip_layers, dense models), added to the skip list
         from vtinfer._turboquant import boundary_skip_layers
 
         if kv_cache_dtype_skip_layers is not None:
@@ -179,7 +179,8 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
     def token_bytes(d: str, kv: int, head_dim: int) -> int:
         # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
         # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
-        # TurboQuant: one slot of vLLM's slot_size_aligned bytes per (token, KV head), K and V together
+        # slot formats: one slot per (token, KV head), K and V together (TurboQuant's slot_size_aligned,
+        # UltraQuant's slot_size)
         di = dtype_info(d)
         if di.page_layout == "slots":
             from vtinfer import _C

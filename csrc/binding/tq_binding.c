@@ -9,6 +9,7 @@
 #include "vt_store_args.h"
 #include "vtinfer/turboquant.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define NPIN 7
@@ -37,8 +38,14 @@ static void release(tq_call *c) {
 static int want_dtype(tq_call *c, PyObject *obj, int *dtype) {
     if (vt_parse_dtype_name(obj, c->fn, "kv_cache_dtype", dtype) < 0) return -1;
     if (*dtype < 0 || vt_dtype_get(*dtype)->page_layout != VT_PAGE_SLOTS) {
-        PyErr_Format(PyExc_ValueError, "%s: kv_cache_dtype must be one of turboquant_k8v4, turboquant_4bit_nc, "
-                     "turboquant_k3v4_nc, turboquant_3bit_nc; got %R", c->fn, obj);
+        char list[256];
+        size_t used = 0;
+        list[0] = '\0';
+        for (int d = 0; d < VT_DTYPE_COUNT; d++)
+            if (vt_dtype_get(d)->page_layout == VT_PAGE_SLOTS && used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "",
+                                         vt_dtype_get(d)->name);
+        PyErr_Format(PyExc_ValueError, "%s: kv_cache_dtype must be a slot format (%s); got %R", c->fn, list, obj);
         return -1;
     }
     return 0;
@@ -69,7 +76,15 @@ static int check_contiguous(tq_call *c, const vt_tensor *t, const char *arg) {
 }
 
 /* The slot cache [num_blocks, block_size, H_kv, slot_bytes(D)] uint8 with contiguous slots. */
+static int status_ok(tq_call *c, vt_status s, const vt_error *err) {
+    if (s == VT_OK) return 0;
+    vt_raise(c->st, err);
+    return -1;
+}
+
 static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64_t D, vt_tq_cache *out) {
+    vt_error err; /* the format's own head-size rule first: the slot size follows from it */
+    if (status_ok(c, vt_dtype_check_head_size(dtype, D, c->fn, "head_size", NULL, &err), &err) < 0) return -1;
     const int64_t slot = (int64_t)vt_dtype_slot_bytes(dtype, (size_t)D);
     if (check_rank(c, kc, "kv_cache", 4, "[num_blocks, block_size, num_kv_heads, slot_bytes]") < 0 ||
         check_elem(c, kc, "kv_cache", VT_ELEM_BIT(VT_ELEM_U8), "uint8") < 0)
@@ -108,11 +123,6 @@ static const float *codebook(tq_call *c, PyObject *obj, const char *arg, int dty
     return t->data;
 }
 
-static int status_ok(tq_call *c, vt_status s, const vt_error *err) {
-    if (s == VT_OK) return 0;
-    vt_raise(c->st, err);
-    return -1;
-}
 
 static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"key", "value", "kv_cache", "slot_mapping", "kv_cache_dtype", "midpoints", NULL};
@@ -168,7 +178,7 @@ static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
             PyErr_Format(PyExc_ValueError, "%s: kv_cache must not share memory with %s", c.fn, names[i]);
             goto fail;
         }
-    if (vt_dtype_get(dtype)->key_bits != 8 &&
+    if (vt_dtype_needs_codebook(dtype) &&
         !(cache.midpoints = codebook(&c, mo, "midpoints", dtype, (1 << vt_dtype_get(dtype)->key_bits) - 1)))
         goto fail;
     cache.centroids = cache.midpoints; /* unused by the store; the core asks for both */
@@ -218,7 +228,7 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
         }
     }
     if (cache_of(&c, kc, dtype, H, D, &cache) < 0) goto fail;
-    if (vt_dtype_get(dtype)->key_bits != 8 &&
+    if (vt_dtype_needs_codebook(dtype) &&
         !(cache.centroids = codebook(&c, cen, "centroids", dtype, 1 << vt_dtype_get(dtype)->key_bits)))
         goto fail;
     cache.midpoints = cache.centroids; /* unused by the read */

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vt_internal.h"
 #include "vtinfer/dtype.h"
 #include "vtinfer/resolver.h"
 
@@ -17,43 +18,46 @@ static const char *const flags_tq_k8v4[] = {"turboquant_k8v4", NULL};
 static const char *const flags_tq_4nc[] = {"turboquant_4bit_nc", NULL};
 static const char *const flags_tq_k3v4[] = {"turboquant_k3v4_nc", NULL};
 static const char *const flags_tq_3nc[] = {"turboquant_3bit_nc", NULL};
+static const char *const flags_uq4[] = {"ultraquant_4bit", NULL};
 
 /* Geometry shared by the rows that pack or rotate a head row (vt_dtype_check_head_size). */
 #define INT4_GEOMETRY .head_multiple = 2, .head_max = 4096, .rht_block_max = 1024
-#define TQ_GEOMETRY .head_multiple = 2, .head_max = 4096
+#define TQ_ROW .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8, .elem_bits = 8, .code_dtype = -1, \
+    .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS, .family = "turboquant", .slot = &vt_slot_turboquant
+#define TQ_GEOMETRY .head_multiple = 2, .head_max = VT_SLOT_MAX_D
 
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     [VT_DTYPE_F32] = {.id = VT_DTYPE_F32, .name = "float32", .numpy_name = "float32", .flags = flags_f32,
                       .elem_bytes = 4, .max_finite = 3.4028234663852886e38, .exponent_bits = 8, .mantissa_bits = 23,
                       .elem_bits = 32, .code_dtype = VT_DTYPE_F32, .scale_kind = VT_SCALE_NONE,
-                      .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                      .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
     [VT_DTYPE_F16] = {.id = VT_DTYPE_F16, .name = "float16", .numpy_name = "float16", .flags = flags_f16,
                       .elem_bytes = 2, .max_finite = 65504.0, .exponent_bits = 5, .mantissa_bits = 10,
                       .elem_bits = 16, .code_dtype = VT_DTYPE_F16, .scale_kind = VT_SCALE_NONE,
-                      .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                      .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
     [VT_DTYPE_BF16] = {.id = VT_DTYPE_BF16, .name = "bfloat16", .numpy_name = "bfloat16", .flags = flags_bf16,
                        .elem_bytes = 2, .max_finite = 3.3895313892515355e38, .exponent_bits = 8, .mantissa_bits = 7,
                        .elem_bits = 16, .code_dtype = VT_DTYPE_BF16, .scale_kind = VT_SCALE_NONE,
-                       .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                       .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
     [VT_DTYPE_FP8_E4M3] = {.id = VT_DTYPE_FP8_E4M3, .name = "fp8_e4m3", .numpy_name = "float8_e4m3fn",
                            .flags = flags_e4m3, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 448.0, .exponent_bits = 4,
                            .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
-                           .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                           .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "fp8"},
     [VT_DTYPE_FP8_E5M2] = {.id = VT_DTYPE_FP8_E5M2, .name = "fp8_e5m2", .numpy_name = "float8_e5m2",
                            .flags = flags_e5m2, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 57344.0,
                            .exponent_bits = 5, .mantissa_bits = 2, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E5M2,
-                           .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                           .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "fp8"},
     /* vLLM 0.33 _PER_TOKEN_HEAD_QUANT_PARAMS: int8 (127, -128); fp8 (finfo max, min) = (448, -448). */
     [VT_DTYPE_INT8_PTH] = {.id = VT_DTYPE_INT8_PTH, .name = "int8_per_token_head", .numpy_name = "int8",
                            .flags = flags_i8pth, .elem_bytes = 1, .max_finite = 127.0, .mantissa_bits = 7,
                            .elem_bits = 8, .is_int = 1, .code_dtype = -1, .scale_kind = VT_SCALE_TOKEN_HEAD,
                            .quant_max = 127.0f, .quant_min = -128.0f, .page_layout = VT_PAGE_SCALE_PLANES,
-                           .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                           .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "per_token_head"},
     [VT_DTYPE_FP8_PTH] = {.id = VT_DTYPE_FP8_PTH, .name = "fp8_per_token_head", .numpy_name = "float8_e4m3fn",
                           .flags = flags_f8pth, .elem_bytes = 1, .max_finite = 448.0, .exponent_bits = 4,
                           .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
                           .scale_kind = VT_SCALE_TOKEN_HEAD, .quant_max = 448.0f, .quant_min = -448.0f,
-                          .page_layout = VT_PAGE_SCALE_PLANES, .head_multiple = 1, .read_family = VT_READ_ELEMENTS},
+                          .page_layout = VT_PAGE_SCALE_PLANES, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "per_token_head"},
     /* vLLM 0.33 int4_per_token_head.py: asymmetric codes 0..15 (zero point in the scale's low bits), two per
      * uint8 byte, after a randomized Hadamard rotation over blocks of the head size's largest power-of-two
      * divisor (kv_store_int4.c; rows are rotated whole on the stack, hence head_max). */
@@ -61,29 +65,29 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
                            .flags = flags_i4pth, .elem_bytes = 1, .max_finite = 15.0, .mantissa_bits = 4,
                            .elem_bits = 4, .code_dtype = -1, .scale_kind = VT_SCALE_TOKEN_HEAD, .quant_max = 15.0f,
                            .quant_min = 0.0f, .page_layout = VT_PAGE_SCALE_PLANES, INT4_GEOMETRY,
-                           .read_family = VT_READ_INT4_ROTATED},
+                           .read_family = VT_READ_INT4_ROTATED, .family = "int4_per_token_head"},
     /* vLLM 0.33 turboquant/config.py TQ_PRESETS (key bits, value bits, norm correction): one uint8 slot per
      * (token, KV head); elem_bits 8 are the slot cache's bytes (kv_store_tq.c). The MSE key presets rotate the
      * whole head row by one Hadamard transform, so their head size is a power of two. */
     [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4", .numpy_name = "uint8",
-                          .flags = flags_tq_k8v4, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
-                          .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS,
-                          .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
+                          .flags = flags_tq_k8v4, TQ_ROW, .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
     [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc", .numpy_name = "uint8",
-                             .flags = flags_tq_4nc, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
-                             .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
-                             .page_layout = VT_PAGE_SLOTS, .key_bits = 4, .value_bits = 4, .norm_correction = 1,
+                             .flags = flags_tq_4nc, TQ_ROW, .key_bits = 4, .value_bits = 4, .norm_correction = 1,
                              TQ_GEOMETRY, .head_pow2 = 1},
     [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc", .numpy_name = "uint8",
-                             .flags = flags_tq_k3v4, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
-                             .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
-                             .page_layout = VT_PAGE_SLOTS, .key_bits = 3, .value_bits = 4, .norm_correction = 1,
+                             .flags = flags_tq_k3v4, TQ_ROW, .key_bits = 3, .value_bits = 4, .norm_correction = 1,
                              TQ_GEOMETRY, .head_pow2 = 1},
     [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc", .numpy_name = "uint8",
-                             .flags = flags_tq_3nc, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
-                             .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
-                             .page_layout = VT_PAGE_SLOTS, .key_bits = 3, .value_bits = 3, .norm_correction = 1,
+                             .flags = flags_tq_3nc, TQ_ROW, .key_bits = 3, .value_bits = 3, .norm_correction = 1,
                              TQ_GEOMETRY, .head_pow2 = 1},
+    /* vLLM 0.33 ultraquant/format.py: FP4 E2M1 codes, two per byte, and one UE8M0 scale byte per group of 32,
+     * keys rotated by one Hadamard transform of the whole row (kv_store_uq.c). */
+    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .numpy_name = "uint8",
+                          .flags = flags_uq4, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
+                          .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
+                          .page_layout = VT_PAGE_SLOTS, .key_bits = 4, .value_bits = 4, .head_multiple = 32,
+                          .head_max = VT_SLOT_MAX_D, .head_pow2 = 1, .family = "ultraquant",
+                          .slot = &vt_slot_ultraquant},
 };
 
 static long long pow2_divisor(long long d) { return d > 0 ? d & -d : 0; }
@@ -96,7 +100,10 @@ vt_status vt_dtype_check_head_size(int dtype, long long head_size, const char *f
                (!t->rht_block_max || pow2_divisor(head_size) <= t->rht_block_max)))
         return VT_OK;
     char rule[160];
-    if (t->head_pow2)
+    if (t->head_pow2 && t->head_multiple > 2)
+        snprintf(rule, sizeof rule, "a power of two from %d to %lld (one Hadamard rotation of the whole row, "
+                 "groups of %d)", t->head_multiple, (long long)t->head_max, t->head_multiple);
+    else if (t->head_pow2)
         snprintf(rule, sizeof rule, "a power of two, at most %lld (one Hadamard rotation of the whole row)",
                  (long long)t->head_max);
     else if (t->rht_block_max)
@@ -120,16 +127,15 @@ size_t vt_dtype_row_bytes(int dtype, size_t head_size) {
     return t && t->page_layout != VT_PAGE_SLOTS ? head_size * (size_t)t->elem_bits / 8 : 0;
 }
 
-/* vLLM 0.33 TurboQuantConfig.slot_size_aligned: key part D (fp8) or ceil(D * kb / 8) + 2 (indices, fp16 norm),
- * then ceil(D * vb / 8) value code bytes and 4 bytes of fp16 scale and zero, rounded up to even. */
-size_t vt_dtype_slot_bytes(int dtype, size_t head_size) {
+int vt_dtype_needs_codebook(int dtype) {
     const vt_dtype_info *t = vt_dtype_get(dtype);
-    if (!t || t->page_layout != VT_PAGE_SLOTS) return 0;
-    size_t kps = t->key_bits == 8 ? head_size : (head_size * (size_t)t->key_bits + 7) / 8 + 2;
-    size_t slot = kps + (head_size * (size_t)t->value_bits + 7) / 8 + 4;
-    return slot + slot % 2;
+    return t && t->slot ? t->slot->needs_codebook(t) : 0;
 }
 
+size_t vt_dtype_slot_bytes(int dtype, size_t head_size) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    return t && t->slot ? t->slot->slot_bytes(t, head_size) : 0;
+}
 
 const vt_dtype_info *vt_dtype_get(int dtype) {
     if (dtype < 0 || dtype >= VT_DTYPE_COUNT) return NULL;

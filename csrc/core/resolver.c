@@ -32,8 +32,7 @@ static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
                     "Walsh-Hadamard rotation per 64 dims, " OCTAVE_CODES},
     {"octave_k3v3_compact", "ROCm Octave, 3-bit keys and values, compact (sign flips and one Walsh-Hadamard rotation "
                             "over the whole head, " OCTAVE_CODES},
-    {"ultraquant_4bit", "UltraQuant (FP4 E2M1 codes, UE8M0 power-of-two scales per group of 32, Hadamard-rotated "
-                        "keys; vLLM's GPU backend)"},
+    {"ultraquant_4bit", NULL},
     {"int4_per_token_head", NULL}, {"int8_per_token_head", NULL}, {"fp8_per_token_head", NULL},
     {"nvfp4", "NVFP4 (FP4 E2M1 codes, e4m3 scales per 16 elements and a global scale; FlashInfer's compiled store "
               "on a GPU)"},

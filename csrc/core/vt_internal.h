@@ -56,6 +56,22 @@ const vt_kernels *vt_kernels_active(void);
  * has (so a test checks both AVX-512 tables); NULL for an isa this build has no table for. */
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16);
 
+/* A slot format (page_layout VT_PAGE_SLOTS): what its row's `slot` points to. kv_slots.c runs the checks and
+ * the loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c) supplies these. k and v are
+ * one head's float32 rows of c->head_size elements. */
+struct vt_tq_cache;
+typedef struct vt_slot_codec {
+    size_t (*slot_bytes)(const vt_dtype_info *t, size_t head_size);
+    /* 1 when the store and read need the caller's codebook (c->centroids, c->midpoints) */
+    int (*needs_codebook)(const vt_dtype_info *t);
+    void (*store)(const struct vt_tq_cache *c, const vt_dtype_info *t, const float *k, const float *v,
+                  uint8_t *slot);
+    void (*read)(const struct vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v);
+} vt_slot_codec;
+extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant;
+/* The largest head size a slot format takes (rows rotated on the stack). */
+#define VT_SLOT_MAX_D 4096
+
 /* The per-token-head store (kv_store_pth.c), called by vt_kv_store_check / vt_kv_store. */
 struct vt_kv_store_params;
 vt_status vt_kv_store_pth_check(const struct vt_kv_store_params *p, const char *fn, vt_error *err);

@@ -34,8 +34,10 @@ def test_dtype_lists_come_from_the_table():
     names = [d.name for d in vt.DTYPES]
     assert names == ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head",
                      "int4_per_token_head", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
-                     "turboquant_3bit_nc"]
-    assert vt.TURBOQUANT_DTYPES == tuple(names[8:])
+                     "turboquant_3bit_nc", "ultraquant_4bit"]
+    assert vt.TURBOQUANT_DTYPES == tuple(names[8:12])
+    assert vt.SLOT_DTYPES == tuple(names[8:]) and {d.family for d in vt.DTYPES if d.name in vt.SLOT_DTYPES} == {
+        "turboquant", "ultraquant"}
     assert vt.FP8_DTYPES == ("fp8_e4m3", "fp8_e5m2")
     assert vt.dtype_info("fp8").name == "fp8_e4m3" and vt.dtype_info("half").name == "float16"
     assert vt.dtype_info("fp8_e4m3").numpy_dtype == np.dtype(ml_dtypes.float8_e4m3fn)

@@ -188,7 +188,7 @@ class Decoder:
         k_scale, v_scale : float or array_like
             Scalar, ``[num_layers]`` or ``[num_layers, num_kv_heads]``.
         turboquant_boundary : bool
-            ``turboquant_*`` only: keep vLLM's boundary layers (the first and
+            Slot formats (``turboquant_*``, ``ultraquant_4bit``) only: keep vLLM's boundary layers (the first and
             last ``min(2, L // 2)``) unquantized, as vLLM does (they stay in
             this decoder's float32; vLLM keeps them in the model dtype).
         turboquant_prefill : {"cache", "vllm"}
@@ -369,9 +369,14 @@ class Session:
         self.model = model
         self.kv_cache_dtype = kv_cache_dtype
         num_blocks = max(-(-int(max_tokens) // block_size), 1)
-        # turboquant_*: one uint8 slot cache per quantized layer (vt.turboquant_store / turboquant_attention);
-        # vLLM's boundary layers, and the paged cache below, stay float32
-        self.turboquant = kv_cache_dtype if kv_cache_dtype in vt.TURBOQUANT_DTYPES else None
+        # the slot formats (turboquant_*, ultraquant_4bit): one uint8 slot cache per quantized layer
+        # (vt.turboquant_store / turboquant_attention); vLLM's boundary layers, and the paged cache below, stay
+        # float32
+        self.turboquant = kv_cache_dtype if kv_cache_dtype in vt.SLOT_DTYPES else None
+        if turboquant_prefill == "vllm" and self.turboquant and self.turboquant not in vt.TURBOQUANT_DTYPES:
+            raise NotImplementedError(f"Session: turboquant_prefill='vllm' models TurboQuant's prefill rules; "
+                                      f"{self.turboquant}'s own (vLLM's UltraQuantAttentionImpl) are not modelled: "
+                                      "use turboquant_prefill='cache'")
         self._tq: dict[int, np.ndarray] = {}
         if self.turboquant:
             from vtinfer._turboquant import boundary_skip_layers

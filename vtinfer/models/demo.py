@@ -155,8 +155,9 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     ]
     # vLLM 0.33's per-token-head formats: scales computed at store, one per (token, KV head)
     runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES]
-    # vLLM 0.33's TurboQuant presets: scales inside each (token, KV head) slot; boundary layers unquantized
-    runs_spec += [(name, "in-slot", 1.0, 1.0) for name in vt.TURBOQUANT_DTYPES]
+    # vLLM 0.33's slot formats (the TurboQuant presets, UltraQuant): scales inside each (token, KV head) slot;
+    # boundary layers unquantized
+    runs_spec += [(name, "in-slot", 1.0, 1.0) for name in vt.SLOT_DTYPES]
     samples: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def keep(layer: int, k: np.ndarray, v: np.ndarray) -> None:
@@ -178,7 +179,7 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         if ref_logits is None:
             ref_logits, ref_gen, ref_nll = logits, gen, nll
         acc = compare(ref_logits, logits)
-        if dtype in vt.TURBOQUANT_DTYPES:  # slot layers plus vLLM's boundary layers at the checkpoint dtype
+        if dtype in vt.SLOT_DTYPES:  # slot layers plus vLLM's boundary layers at the checkpoint dtype
             sess_bytes = vt.plan_kv_cache(mdir, dtype, 16, num_blocks=1).bytes_per_block // 16
         else:
             sess_bytes = vt.PagedKVCache(num_layers=model.config.num_layers, num_blocks=1, block_size=16,

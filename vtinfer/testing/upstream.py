@@ -57,6 +57,9 @@ F_TQ_STORE = "vllm/v1/attention/ops/triton_turboquant_store.py"
 F_TQ_DECODE = "vllm/v1/attention/ops/triton_turboquant_decode.py"
 F_TQ_CONFIG = "vllm/model_executor/layers/quantization/turboquant/config.py"
 F_TQ_CENTROIDS = "vllm/model_executor/layers/quantization/turboquant/centroids.py"
+F_UQ_FORMAT = "vllm/v1/attention/ops/ultraquant/format.py"
+F_UQ_REFERENCE = "vllm/v1/attention/ops/ultraquant/reference.py"
+F_UQ_STORE = "vllm/v1/attention/ops/ultraquant/triton_store.py"
 
 
 class UpstreamUnavailable(RuntimeError):

@@ -29,7 +29,10 @@ typedef enum vt_dtype {
     VT_DTYPE_TQ_4BIT_NC = 9,  /* turboquant_4bit_nc: 4-bit Lloyd-Max keys (rotated, norm correction), 4-bit values */
     VT_DTYPE_TQ_K3V4_NC = 10, /* turboquant_k3v4_nc: 3-bit keys, 4-bit values */
     VT_DTYPE_TQ_3BIT_NC = 11, /* turboquant_3bit_nc: 3-bit keys, 3-bit values */
-    VT_DTYPE_COUNT = 12
+    /* vLLM 0.33 UltraQuant: one uint8 slot per (token, KV head) of FP4 E2M1 codes with a UE8M0 scale per group
+     * of 32, keys Hadamard-rotated (csrc/core/kv_store_uq.c) */
+    VT_DTYPE_UQ_4BIT = 12,    /* ultraquant_4bit */
+    VT_DTYPE_COUNT = 13
 } vt_dtype;
 
 /* How a dtype's values are scaled. */
@@ -37,7 +40,8 @@ typedef enum vt_scale_kind {
     VT_SCALE_NONE = 0,       /* plain values (float32/16, bfloat16) */
     VT_SCALE_TENSOR = 1,     /* codes times a given scale (per tensor, layer or KV head): fp8 */
     VT_SCALE_TOKEN_HEAD = 2, /* codes times a float32 scale computed at store, one per (token, KV head) */
-    VT_SCALE_SLOT = 3        /* TurboQuant: scales (fp16 value scale / zero, fp16 key norm) inside each packed slot */
+    VT_SCALE_SLOT = 3        /* slot formats: scales inside each packed slot (TurboQuant's fp16 value scale / zero and
+                              * key norm; UltraQuant's UE8M0 byte per group of 32) */
 } vt_scale_kind;
 
 /* How one layer's page of a vt_kv_cache is laid out. */
@@ -47,7 +51,7 @@ typedef enum vt_page_layout {
                               * scale plane for each of K and V (vLLM keeps the same bytes inline, after
                               * each head's codes: page bytes are equal) */
     VT_PAGE_SLOTS = 2        /* one uint8 [num_blocks, block_size, num_kv_heads, slot_bytes] cache, K and V together
-                              * (TurboQuant; vt_dtype_slot_bytes) */
+                              * (TurboQuant, UltraQuant; vt_dtype_slot_bytes) */
 } vt_page_layout;
 
 /* Which attention tile family reads a dtype's pages (each ISA has one tile per family; the kernel table maps
@@ -60,6 +64,10 @@ typedef enum vt_read_family {
 } vt_read_family;
 /* Value of a flag that names no dtype by itself ("auto": the model's dtype). */
 #define VT_DTYPE_AUTO (-1)
+
+/* A slot format's behaviour (its slot bytes, the store and the read of one slot): defined by the format's file
+ * in csrc/core, opaque here. */
+struct vt_slot_codec;
 
 typedef struct vt_dtype_info {
     vt_dtype id;
@@ -88,14 +96,20 @@ typedef struct vt_dtype_info {
     int head_pow2;             /* head_size must be a power of two (one Hadamard transform of the row) */
     int rht_block_max;         /* largest power-of-two divisor of head_size (int4's rotation block), 0: any */
     vt_read_family read_family; /* the attention tile family that reads the pages */
+    const char *family;        /* the format family, one file each in csrc/core: "plain", "fp8", "per_token_head",
+                                * "int4_per_token_head", "turboquant", "ultraquant" */
+    const struct vt_slot_codec *slot; /* page_layout VT_PAGE_SLOTS: the format's slot codec; NULL otherwise */
 } vt_dtype_info;
 
 /* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */
 VT_API size_t vt_dtype_row_bytes(int dtype, size_t head_size);
 
-/* TurboQuant: bytes of one (token, KV head) slot for head_size elements, vLLM's slot_size_aligned
- * ([key part | value codes | fp16 scale | fp16 zero], rounded up to even); 0 for other dtypes. */
+/* Slot formats: bytes of one (token, KV head) slot for head_size elements, as vLLM sizes it (TurboQuant's
+ * slot_size_aligned, UltraQuant's slot_size); 0 for other dtypes. */
 VT_API size_t vt_dtype_slot_bytes(int dtype, size_t head_size);
+
+/* 1 when the slot format `dtype` indexes a caller-given codebook (TurboQuant's MSE key presets), else 0. */
+VT_API int vt_dtype_needs_codebook(int dtype);
 
 /* 1 when `dtype` stores one scale per (token, KV head) (the table's scale_kind), else 0. */
 VT_API int vt_dtype_per_token_head(int dtype);
