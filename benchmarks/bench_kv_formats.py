@@ -1,6 +1,6 @@
 """Decode speed of the per-token-head KV formats next to bfloat16 and per-tensor fp8, one run.
 
-python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--out FILE]
+python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--slots] [--out FILE]
 
 One query per KV-head group (decode) over a 32K-token sequence, H_kv 8,
 D 128, block_size 16, shuffled blocks, GQA 1/4/8, bf16 queries; the caches
@@ -8,7 +8,10 @@ are filled by PagedKVCache.store, except int4_per_token_head, which has no
 PagedKVCache here: its caller-owned caches (vLLM's uint8 page views) are
 filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
 (causal: vLLM's int4 read is causal only; one query at the last position sees
-every key). The --reps rounds are interleaved (every format and GQA once per
+every key). ``--slots`` adds the slot formats turboquant_k8v4 and
+ultraquant_4bit (vt.turboquant_store into one uint8 slot cache, read by
+vt.turboquant_attention: a dequantized float32 copy of the referenced blocks,
+then the float32 read). The --reps rounds are interleaved (every format and GQA once per
 round) and the times are their best/median; ratios are taken within this
 run (the machine is shared: quote same-run ratios only, with the load).
 Benchmarks never assert.
@@ -28,6 +31,7 @@ import vtinfer as vt
 
 DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 INT4 = "int4_per_token_head"
+SLOTS = ("turboquant_k8v4", "ultraquant_4bit")
 
 
 def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
@@ -36,6 +40,11 @@ def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
               num_threads=threads)
     readers = {}
     for dt in dtypes:
+        if dt in SLOTS:  # one caller-owned uint8 slot cache holds K and V
+            sc = np.zeros((nb, BS, Hkv, vt.turboquant_slot_bytes(dt, D)), np.uint8)
+            vt.turboquant_store(k, v, sc, slots, dt)
+            readers[dt] = lambda q, sc=sc, dt=dt: vt.turboquant_attention(q, sc, kv_cache_dtype=dt, **kw)
+            continue
         if dt == INT4:  # caller-owned caches: codes [nb, BS, Hkv, D / 2] uint8, scales [nb, BS, Hkv] float32
             kc, vc = (np.zeros((nb, BS, Hkv, D // 2), np.uint8) for _ in range(2))
             ks, vs = (np.zeros((nb, BS, Hkv), np.float32) for _ in range(2))
@@ -56,11 +65,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-int4", action="store_true", help="leave out int4_per_token_head")
+    ap.add_argument("--slots", action="store_true", help="add turboquant_k8v4 and ultraquant_4bit")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     Hkv, D, BS = 8, 128, 16
     nb = a.ctx // BS
-    dtypes = tuple(d for d in DTYPES if not (a.no_int4 and d == INT4))
+    dtypes = tuple(d for d in DTYPES if not (a.no_int4 and d == INT4)) + (SLOTS if a.slots else ())
     rng = np.random.default_rng(0)
     perm = rng.permutation(nb).astype(np.int32)
     slots = (perm[np.arange(a.ctx) // BS].astype(np.int64) * BS + np.arange(a.ctx) % BS)

@@ -282,3 +282,34 @@ def test_bad_geometry_gets_the_formats_one_message():
         assert not cache.any()
     with pytest.raises(NotImplementedError, match="'ultraquant_4bit' is not built for the paged cache yet"):
         vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=128, dtype=FMT)
+
+
+def test_slot_bytes_pages_boundary_layers_and_resolution_equal_vllms(vllm_source, tmp_path):
+    """Slot bytes equal the wheel's format.slot_size; plan_kv_cache keeps vLLM's boundary layers (EngineArgs
+    applies TurboQuant's get_boundary_skip_layers to ultraquant_4bit too) at the model dtype and gives the
+    rest one slot per (token, KV head); the flag resolves to the format."""
+    import json
+
+    from vtinfer.hf_config import ModelGeometry
+
+    fmt = upstream.extract(vllm_source.read(upstream.F_UQ_FORMAT), [
+        "GROUP_SIZE", "get_group_size", "k_codes_bytes", "n_groups", "k_scales_bytes", "v_codes_bytes",
+        "v_scales_bytes", "slot_size"], {"math": math})
+    for D in (32, 64, 128, 256, 512, 4096):
+        assert vt.turboquant_slot_bytes(FMT, D) == fmt["slot_size"](D) == uq_twin.slot_bytes(D), D
+    packed = vllm_source.read("vllm/engine/arg_utils.py").split("uses_packed_kv_backend = (", 1)[1]
+    assert 'or resolved_cache_dtype == "ultraquant_4bit"' in packed.split("if uses_packed_kv_backend:", 1)[0]
+    geo = ModelGeometry.from_dict({"num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 2,
+                                   "head_dim": 128, "torch_dtype": "bfloat16"})
+    p = vt.plan_kv_cache(geo, FMT, 16, num_blocks=4)
+    assert p.skipped_layers == (0, 1, 4, 5)
+    assert p.layer_dtypes == ("bfloat16",) * 2 + (FMT,) * 2 + ("bfloat16",) * 2
+    assert p.layer_page_bytes[2] == 2 * 16 * fmt["slot_size"](128)
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4, "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "hidden_size": 256,
+                                                      "torch_dtype": "bfloat16"}))
+    assert vt.resolve_kv_cache_dtype(FMT, tmp_path).dtype == FMT
+    info = vt.dtype_info(FMT)
+    assert (info.family, info.page_layout, info.scale_kind, info.key_bits, info.value_bits) == (
+        "ultraquant", "slots", "slot", 4, 4)
+    assert FMT in vt.SLOT_DTYPES and FMT not in vt.TURBOQUANT_DTYPES and FMT not in vt.KV_CACHE_DTYPES_NOT_STORED

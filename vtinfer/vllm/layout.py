@@ -15,8 +15,8 @@ is ``[num_blocks, block_size, H_kv, C]`` with unit stride in C, and:
   the code views are ``[..., :d + 4]`` / ``[..., d + 4:]`` (vtinfer's ops take
   the padded views) and the scale caches are float32 views over the pads,
   ``[num_blocks, block_size, H_kv]``;
-- TurboQuant (``turboquant_*``): one slot of ``vt.turboquant_slot_bytes``
-  bytes per (head, token), K and V packed inside (vLLM's TurboQuant page).
+- the slot formats (``turboquant_*``, ``ultraquant_4bit``): one slot of ``vt.turboquant_slot_bytes``
+  bytes per (head, token), K and V packed inside (vLLM's TurboQuant and UltraQuant page).
 
 Functions here take and return torch tensors; torch is imported by the caller.
 """
@@ -43,7 +43,7 @@ def family(kv_cache_dtype: str) -> str:
             f"got {kv_cache_dtype!r} (vtinfer has no kernels for it{': ' + why if why else ''}; unset VTINFER_VLLM "
             "to use vLLM's own backend)")
     info = vt.dtype_info(kv_cache_dtype)
-    if kv_cache_dtype in vt.TURBOQUANT_DTYPES:
+    if kv_cache_dtype in vt.SLOT_DTYPES:  # TurboQuant and UltraQuant: one slot cache, vt.turboquant_*
         return "turboquant"
     if kv_cache_dtype in vt.PER_TOKEN_HEAD_DTYPES:
         return "per_token_head"
