@@ -16,6 +16,10 @@
  * the two gathers; cacheops_merge.c: merge_attn_states; cacheops_args.c:
  * the helpers they share (vt_cacheops.h). */
 #include "vt_cacheops.h"
+#include "vt_signature.h"
+
+VT_SIGNATURE(swap_sig, "swap_blocks", VT_SWAP_NPOS, VT_SWAP_ARGS);
+VT_SIGNATURE(convert_sig, "convert_fp8", VT_CONVERT_NPOS, VT_CONVERT_ARGS);
 
 /* ---------------------------------------------------------------- swap */
 
@@ -63,13 +67,11 @@ static int swap_view_blocks(const vt_tensor *t, const char *fn, const char *arg,
 
 static PyObject *py_swap_blocks(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "swap_blocks";
-    static char *kwlist[] = {"src", "dst", "block_size_in_bytes", "block_mapping", "src_extent", "dst_extent",
-                             "num_threads", NULL};
     vt_module_state *st = vt_state(m);
-    PyObject *src_obj, *dst_obj, *bb_obj, *map_obj, *se_obj = Py_None, *de_obj = Py_None, *nt_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$OOO:swap_blocks", kwlist, &src_obj, &dst_obj, &bb_obj,
-                                     &map_obj, &se_obj, &de_obj, &nt_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&swap_sig, args, kw, a) < 0) return NULL;
+    PyObject *src_obj = a[0], *dst_obj = a[1], *bb_obj = a[2], *map_obj = a[3], *se_obj = vt_arg_or_none(a[4]),
+             *de_obj = vt_arg_or_none(a[5]), *nt_obj = vt_arg_or_none(a[6]);
     int64_t bb;
     int nth;
     if (vt_co_parse_int(bb_obj, fn, "block_size_in_bytes", 1, &bb) < 0) return NULL;
@@ -120,12 +122,10 @@ fail:
 
 static PyObject *py_convert_fp8(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "convert_fp8";
-    static char *kwlist[] = {"output", "input", "scale", "kv_dtype", "num_threads", NULL};
     vt_module_state *st = vt_state(m);
-    PyObject *o_obj, *i_obj, *scale_obj = NULL, *dt_obj = NULL, *nt_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO$O:convert_fp8", kwlist, &o_obj, &i_obj, &scale_obj, &dt_obj,
-                                     &nt_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&convert_sig, args, kw, a) < 0) return NULL;
+    PyObject *o_obj = a[0], *i_obj = a[1], *scale_obj = a[2], *dt_obj = a[3], *nt_obj = vt_arg_or_none(a[4]);
     float scale = 1.0f;
     int fmt = VT_DTYPE_FP8_E4M3, nth;
     if (scale_obj && vt_co_parse_scale(scale_obj, fn, "scale", &scale) < 0) return NULL;
@@ -176,19 +176,20 @@ fail:
     return NULL;
 }
 
+static char swap_doc[512], convert_doc[512];
+
 static PyMethodDef cacheops_methods[] = {
-    {"swap_blocks", (PyCFunction)(void (*)(void))py_swap_blocks, METH_VARARGS | METH_KEYWORDS,
-     "swap_blocks($module, /, src, dst, block_size_in_bytes, block_mapping, *, src_extent=None, dst_extent=None, "
-     "num_threads=None)\n--\n\nCopy block_size_in_bytes bytes of block s of src (s * src.stride(0) bytes in) to block d "
-     "of dst, for each (s, d) of block_mapping (int64 [n, 2])."},
-    {"convert_fp8", (PyCFunction)(void (*)(void))py_convert_fp8, METH_VARARGS | METH_KEYWORDS,
-     "convert_fp8($module, /, output, input, scale=1.0, kv_dtype='fp8', *, num_threads=None)\n--\n\n"
-     "Quantize floats to fp8 codes or dequantize codes to floats (the direction follows the dtypes)."},
+    {"swap_blocks", (PyCFunction)(void (*)(void))py_swap_blocks, METH_VARARGS | METH_KEYWORDS, swap_doc},
+    {"convert_fp8", (PyCFunction)(void (*)(void))py_convert_fp8, METH_VARARGS | METH_KEYWORDS, convert_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int vt_cacheops_exec(PyObject *m, vt_module_state *st) {
     (void)st;
+    vt_signature_doc(&swap_sig, "Copy block_size_in_bytes bytes of block s of src (s * src.stride(0) bytes in) to "
+                     "block d of dst, for each (s, d) of block_mapping (int64 [n, 2]).", swap_doc, sizeof swap_doc);
+    vt_signature_doc(&convert_sig, "Quantize floats to fp8 codes or dequantize codes to floats (the direction "
+                     "follows the dtypes).", convert_doc, sizeof convert_doc);
     if (PyModule_AddFunctions(m, cacheops_methods) < 0 || vt_cacheops_gather_exec(m) < 0) return -1;
     if (vt_cacheops_merge_exec(m) < 0) return -1;
     return vt_cacheops_mla_exec(m);

@@ -6,6 +6,10 @@
  *                      num_threads=None)
  */
 #include "vt_cacheops.h"
+#include "vt_signature.h"
+
+VT_SIGNATURE(gather_sig, "gather_and_maybe_dequant_cache", VT_GATHER_NPOS, VT_GATHER_ARGS);
+VT_SIGNATURE(cp_gather_sig, "cp_gather_cache", VT_CP_GATHER_NPOS, VT_CP_GATHER_ARGS);
 
 /* -------------------------------------------------------------- gather */
 
@@ -42,19 +46,17 @@ typedef struct gather_call {
 } gather_call;
 
 static int parse_and_pin(vt_module_state *st, gather_call *g, PyObject *args, PyObject *kw) {
-    static char *kw_dq[] = {"src_cache", "dst", "block_table", "cu_seq_lens", "token_to_seq", "num_tokens",
-                            "kv_cache_dtype", "scale", "seq_starts", "num_threads", NULL};
-    static char *kw_cp[] = {"src_cache", "dst", "block_table", "cu_seq_lens", "batch_size", "seq_starts",
-                            "num_threads", NULL};
     const char *fn = g->fn;
-    PyObject *sc_obj, *dst_obj, *bt_obj, *cu_obj, *tts_obj = Py_None, *n_obj = Py_None, *dt_obj = Py_None,
-                                                  *scale_obj = Py_None, *ss_obj = Py_None, *nt_obj = Py_None;
-    int ok = g->dequant ? PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOO|O$O:gather_and_maybe_dequant_cache", kw_dq,
-                                                      &sc_obj, &dst_obj, &bt_obj, &cu_obj, &tts_obj, &n_obj, &dt_obj,
-                                                      &scale_obj, &ss_obj, &nt_obj)
-                        : PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O$O:cp_gather_cache", kw_cp, &sc_obj, &dst_obj,
-                                                      &bt_obj, &cu_obj, &n_obj, &ss_obj, &nt_obj);
-    if (!ok) return -1;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(g->dequant ? &gather_sig : &cp_gather_sig, args, kw, a) < 0) return -1;
+    PyObject *sc_obj = a[0], *dst_obj = a[1], *bt_obj = a[2], *cu_obj = a[3];
+    PyObject *tts_obj = Py_None, *n_obj, *dt_obj = Py_None, *scale_obj = Py_None, *ss_obj, *nt_obj;
+    if (g->dequant) {
+        tts_obj = a[4], n_obj = a[5], dt_obj = a[6], scale_obj = a[7];
+        ss_obj = vt_arg_or_none(a[8]), nt_obj = vt_arg_or_none(a[9]);
+    } else {
+        n_obj = a[4], ss_obj = vt_arg_or_none(a[5]), nt_obj = vt_arg_or_none(a[6]);
+    }
     if (vt_co_parse_int(n_obj, fn, g->dequant ? "num_tokens" : "batch_size", 0, &g->count) < 0) return -1;
     if (g->dequant && vt_co_parse_fp8_name(dt_obj, fn, "kv_cache_dtype", &g->fmt) < 0) return -1;
     if (g->dequant && scale_obj != Py_None && vt_co_parse_scale(scale_obj, fn, "scale", &g->scale) < 0) return -1;
@@ -207,16 +209,19 @@ static PyObject *py_cp_gather_cache(PyObject *m, PyObject *args, PyObject *kw) {
     return gather_common(m, args, kw, 0);
 }
 
+static char gather_doc[512], cp_gather_doc[512];
+
 static PyMethodDef gather_methods[] = {
     {"gather_and_maybe_dequant_cache", (PyCFunction)(void (*)(void))py_gather_and_maybe_dequant_cache,
-     METH_VARARGS | METH_KEYWORDS,
-     "gather_and_maybe_dequant_cache($module, /, src_cache, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, "
-     "kv_cache_dtype, scale, seq_starts=None, *, num_threads=None)\n--\n\n"
-     "Gather paged cache entries of a batch into contiguous rows, dequantizing fp8."},
-    {"cp_gather_cache", (PyCFunction)(void (*)(void))py_cp_gather_cache, METH_VARARGS | METH_KEYWORDS,
-     "cp_gather_cache($module, /, src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts=None, *, "
-     "num_threads=None)\n--\n\nGather paged cache entries of a batch into contiguous rows (same dtype)."},
+     METH_VARARGS | METH_KEYWORDS, gather_doc},
+    {"cp_gather_cache", (PyCFunction)(void (*)(void))py_cp_gather_cache, METH_VARARGS | METH_KEYWORDS, cp_gather_doc},
     {NULL, NULL, 0, NULL},
 };
 
-int vt_cacheops_gather_exec(PyObject *m) { return PyModule_AddFunctions(m, gather_methods); }
+int vt_cacheops_gather_exec(PyObject *m) {
+    vt_signature_doc(&gather_sig, "Gather paged cache entries of a batch into contiguous rows, dequantizing fp8.",
+                     gather_doc, sizeof gather_doc);
+    vt_signature_doc(&cp_gather_sig, "Gather paged cache entries of a batch into contiguous rows (same dtype).",
+                     cp_gather_doc, sizeof cp_gather_doc);
+    return PyModule_AddFunctions(m, gather_methods);
+}

@@ -4,10 +4,12 @@
  *                        prefill_tokens_with_context=None, output_scale=None, *, num_threads=None)
  */
 #include "vt_cacheops.h"
+#include "vt_signature.h"
 
 /* --------------------------------------------------------------- merge */
 
 static const char FN[] = "merge_attn_states";
+VT_SIGNATURE(merge_sig, "merge_attn_states", VT_MERGE_NPOS, VT_MERGE_ARGS);
 
 /* One call: the pinned arrays (ol NULL when absent) and the scalars. */
 typedef struct merge_call {
@@ -19,13 +21,12 @@ typedef struct merge_call {
 } merge_call;
 
 static int parse_and_pin(vt_module_state *st, merge_call *c, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"output", "prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output_lse",
-                             "prefill_tokens_with_context", "output_scale", "num_threads", NULL};
-    PyObject *o_obj, *po_obj, *pl_obj, *so_obj, *sl_obj, *ol_obj = Py_None, *nt_obj = Py_None;
-    c->ptc_obj = c->os_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|OOO$O:merge_attn_states", kwlist, &o_obj, &po_obj, &pl_obj,
-                                     &so_obj, &sl_obj, &ol_obj, &c->ptc_obj, &c->os_obj, &nt_obj))
-        return -1;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&merge_sig, args, kw, a) < 0) return -1;
+    PyObject *o_obj = a[0], *po_obj = a[1], *pl_obj = a[2], *so_obj = a[3], *sl_obj = a[4];
+    PyObject *ol_obj = vt_arg_or_none(a[5]), *nt_obj = vt_arg_or_none(a[8]);
+    c->ptc_obj = vt_arg_or_none(a[6]);
+    c->os_obj = vt_arg_or_none(a[7]);
     if (c->os_obj != Py_None && vt_co_parse_scale(c->os_obj, FN, "output_scale", &c->oscale) < 0) return -1;
     if ((c->nth = vt_num_threads_arg(nt_obj, FN)) < 0) return -1;
     vt_co_pins *p = &c->p;
@@ -144,12 +145,15 @@ static PyObject *py_merge_attn_states(PyObject *m, PyObject *args, PyObject *kw)
     return vt_co_done(st, &c.p, s, &err);
 }
 
+static char merge_doc[512];
+
 static PyMethodDef merge_methods[] = {
-    {"merge_attn_states", (PyCFunction)(void (*)(void))py_merge_attn_states, METH_VARARGS | METH_KEYWORDS,
-     "merge_attn_states($module, /, output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse=None, "
-     "prefill_tokens_with_context=None, output_scale=None, *, num_threads=None)\n--\n\n"
-     "Merge two partial attention results by their log-sum-exps."},
+    {"merge_attn_states", (PyCFunction)(void (*)(void))py_merge_attn_states, METH_VARARGS | METH_KEYWORDS, merge_doc},
     {NULL, NULL, 0, NULL},
 };
 
-int vt_cacheops_merge_exec(PyObject *m) { return PyModule_AddFunctions(m, merge_methods); }
+int vt_cacheops_merge_exec(PyObject *m) {
+    vt_signature_doc(&merge_sig, "Merge two partial attention results by their log-sum-exps.", merge_doc,
+                     sizeof merge_doc);
+    return PyModule_AddFunctions(m, merge_methods);
+}

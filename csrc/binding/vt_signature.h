@@ -80,6 +80,59 @@
     X(query_start_loc, NULL)                                                                                         \
     X(context_start_loc, NULL)
 
+/* vLLM's cache ops (csrc/binding/cacheops_*.c), vllm/_custom_ops.py's order, then vtinfer's keywords. */
+#define VT_SWAP_NPOS 4
+#define VT_SWAP_ARGS(X)                                                                                              \
+    X(src, NULL)                                                                                                     \
+    X(dst, NULL)                                                                                                     \
+    X(block_size_in_bytes, NULL)                                                                                     \
+    X(block_mapping, NULL)                                                                                           \
+    X(src_extent, "None")                                                                                            \
+    X(dst_extent, "None")                                                                                            \
+    X(num_threads, "None")
+#define VT_CONVERT_NPOS 4
+#define VT_CONVERT_ARGS(X)                                                                                           \
+    X(output, NULL)                                                                                                  \
+    X(input, NULL)                                                                                                   \
+    X(scale, "1.0")                                                                                                  \
+    X(kv_dtype, "'fp8'")                                                                                             \
+    X(num_threads, "None")
+#define VT_GATHER_NPOS 9
+#define VT_GATHER_ARGS(X)                                                                                            \
+    X(src_cache, NULL)                                                                                               \
+    X(dst, NULL)                                                                                                     \
+    X(block_table, NULL)                                                                                             \
+    X(cu_seq_lens, NULL)                                                                                             \
+    X(token_to_seq, NULL)                                                                                            \
+    X(num_tokens, NULL)                                                                                              \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(scale, NULL)                                                                                                   \
+    X(seq_starts, "None")                                                                                            \
+    X(num_threads, "None")
+#define VT_CP_GATHER_NPOS 6
+#define VT_CP_GATHER_ARGS(X)                                                                                         \
+    X(src_cache, NULL)                                                                                               \
+    X(dst, NULL)                                                                                                     \
+    X(block_table, NULL)                                                                                             \
+    X(cu_seq_lens, NULL)                                                                                             \
+    X(batch_size, NULL)                                                                                              \
+    X(seq_starts, "None")                                                                                            \
+    X(num_threads, "None")
+#define VT_MERGE_NPOS 8
+#define VT_MERGE_ARGS(X)                                                                                             \
+    X(output, NULL)                                                                                                  \
+    X(prefix_output, NULL)                                                                                           \
+    X(prefix_lse, NULL)                                                                                              \
+    X(suffix_output, NULL)                                                                                           \
+    X(suffix_lse, NULL)                                                                                              \
+    X(output_lse, "None")                                                                                            \
+    X(prefill_tokens_with_context, "None")                                                                           \
+    X(output_scale, "None")                                                                                          \
+    X(num_threads, "None")
+
+/* An optional argument's value: the object, or None where it was not given. */
+static inline PyObject *vt_arg_or_none(PyObject *x) { return x ? x : Py_None; }
+
 /* The Python arguments of reshape_and_cache_flash (a superset of
  * reshape_and_cache's: layout and the scale caches stay NULL there). The
  * fields are in table order: the parser writes them as an array. */

@@ -129,6 +129,8 @@ def _spec(kv: str, head_size: int, model_dtype=None):
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("kv", _formats())
 def test_page_equals_vllms_own_backend(vllm_installed, kv, head_size):
+    import dataclasses
+
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.attention.backends.turboquant_attn import TurboQuantAttentionBackend
     from vllm.v1.kv_cache_interface import compute_layer_kv_cache_shape_bytes
@@ -136,8 +138,16 @@ def test_page_equals_vllms_own_backend(vllm_installed, kv, head_size):
     from vtinfer.vllm.backend import VtinferAttentionBackend
 
     spec = _spec(kv, head_size)
-    theirs_cls = TurboQuantAttentionBackend if kv.startswith("turboquant_") else TritonAttentionBackend
-    ours, theirs = VtinferAttentionBackend.customize_spec(spec), theirs_cls.customize_spec(spec)
+    ours = VtinferAttentionBackend.customize_spec(spec)
+    if kv == "ultraquant_4bit":
+        # UltraQuantAttentionBackend.customize_spec (its module needs a GPU Triton to import):
+        # replace(spec, state_content_bytes=slot_size(head_size)) with ultraquant.format's slot_size
+        from vllm.v1.attention.ops.ultraquant.format import slot_size
+
+        theirs = dataclasses.replace(spec, state_content_bytes=slot_size(head_size))
+    else:
+        theirs_cls = TurboQuantAttentionBackend if kv.startswith("turboquant_") else TritonAttentionBackend
+        theirs = theirs_cls.customize_spec(spec)
     assert ours.page_size_bytes == theirs.page_size_bytes
     assert compute_layer_kv_cache_shape_bytes(ours, 7) == compute_layer_kv_cache_shape_bytes(theirs, 7)
     assert kv in VtinferAttentionBackend.supported_kv_cache_dtypes
@@ -148,7 +158,7 @@ def test_refused_dtypes_name_vtinfer(vllm_installed):
     from vtinfer.vllm import layout
     from vtinfer.vllm.impl import VtinferAttentionImpl
 
-    for kv in ("nvfp4", "ultraquant_4bit", "fp8_inc"):
+    for kv in ("nvfp4", "fp8_ds_mla", "fp8_inc"):
         with pytest.raises(NotImplementedError, match="vtinfer attention backend: kv_cache_dtype must be one of") as e:
             VtinferAttentionImpl(4, 64, 0.125, 2, None, None, kv)
         assert vt.KV_CACHE_DTYPES_NOT_STORED[kv] in str(e.value)  # what the format is, vLLM's CPU error
