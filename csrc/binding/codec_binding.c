@@ -5,31 +5,60 @@
  *   _C.convert(x, dtype, *, out=None, num_threads=None) -> ndarray
  */
 #include "vt_binding.h"
+#include "vt_signature.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+
+VT_SIGNATURE(quantize_sig, "fp8_quantize", VT_QUANTIZE_NPOS, VT_QUANTIZE_ARGS);
+VT_SIGNATURE(dequantize_sig, "fp8_dequantize", VT_DEQUANTIZE_NPOS, VT_DEQUANTIZE_ARGS);
+VT_SIGNATURE(convert_sig, "convert", VT_CONVERT_FLOAT_NPOS, VT_CONVERT_FLOAT_ARGS);
+
+/* The fp8 rows' short name (their first alias), "e4m3" for an unknown id: from the table. */
+static const char *short_name(int fmt) {
+    const vt_dtype_info *t = vt_dtype_get(fmt);
+    return t && t->aliases ? t->aliases[0] : "?";
+}
+
+/* "'e4m3' or 'e5m2' (or fp8_e4m3, fp8, float8_e4m3fn, fp8_e5m2, float8_e5m2)": every fp8 row's names. */
+static void fmt_names(char *buf, size_t cap) {
+    size_t n = 0;
+    int first = 1;
+    buf[0] = '\0';
+    for (int d = 0; d < VT_DTYPE_COUNT && n < cap; d++)
+        if (vt_dtype_get(d)->is_fp8 && vt_dtype_get(d)->aliases) {
+            n += (size_t)snprintf(buf + n, cap - n, "%s'%s'", first ? "" : " or ", vt_dtype_get(d)->aliases[0]);
+            first = 0;
+        }
+    first = 1;
+    for (int d = 0; d < VT_DTYPE_COUNT && n < cap; d++) {
+        const vt_dtype_info *t = vt_dtype_get(d);
+        if (!t->is_fp8) continue;
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", first ? " (or " : ", ", t->name);
+        first = 0;
+        for (const char *const *f = t->flags; *f && n < cap; f++)
+            if (strcmp(*f, t->name) != 0) n += (size_t)snprintf(buf + n, cap - n, ", %s", *f);
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, ", %s", t->numpy_name);
+    }
+    if (!first && n < cap) snprintf(buf + n, cap - n, ")");
+}
 
 /* fmt: "e4m3"/"e5m2" or any dtype-table spelling of an fp8 dtype, or an
  * ml_dtypes float8 dtype. Returns 0 and sets *fmt, or -1 (ValueError). */
 static int parse_fmt(vt_module_state *st, PyObject *obj, const char *fn, int *fmt) {
+    char names[256];
     if (PyUnicode_Check(obj)) {
         const char *s = PyUnicode_AsUTF8(obj);
         if (!s) return -1;
-        if (strcmp(s, "e4m3") == 0 || strcmp(s, "e4m3fn") == 0) {
-            *fmt = VT_DTYPE_FP8_E4M3;
-            return 0;
-        }
-        if (strcmp(s, "e5m2") == 0) {
-            *fmt = VT_DTYPE_FP8_E5M2;
-            return 0;
-        }
-        int d;
-        if (vt_dtype_from_name(s, "fmt", &d, NULL) == VT_OK && d >= 0 && vt_dtype_get(d)->is_fp8) {
+        int d = vt_dtype_from_alias(s);
+        if (d < 0 && vt_dtype_from_name(s, "fmt", &d, NULL) != VT_OK) d = -1;
+        if (d >= 0 && vt_dtype_get(d)->is_fp8) {
             *fmt = d;
             return 0;
         }
-        PyErr_Format(PyExc_ValueError, "%s: fmt must be 'e4m3' or 'e5m2' (or fp8_e4m3, fp8, fp8_e5m2, "
-                     "float8_e4m3fn, float8_e5m2); got '%.64s'", fn, s);
+        fmt_names(names, sizeof names);
+        PyErr_Format(PyExc_ValueError, "%s: fmt must be %s; got '%.64s'", fn, names, s);
         return -1;
     }
     PyArray_Descr *d = NULL;
@@ -40,7 +69,8 @@ static int parse_fmt(vt_module_state *st, PyObject *obj, const char *fn, int *fm
         if (n == st->typenum_e5m2) { *fmt = VT_DTYPE_FP8_E5M2; return 0; }
     }
     PyErr_Clear();
-    PyErr_Format(PyExc_ValueError, "%s: fmt must be 'e4m3' or 'e5m2'; got %R", fn, obj);
+    fmt_names(names, sizeof names);
+    PyErr_Format(PyExc_ValueError, "%s: fmt must be %s; got %R", fn, names, obj);
     return -1;
 }
 
@@ -150,12 +180,11 @@ static PyObject *finish(vt_module_state *st, vt_status s, const vt_error *err, v
 
 static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "fp8_quantize";
-    static char *kwlist[] = {"x", "scale", "fmt", "out", "num_threads", NULL};
     vt_module_state *st = vt_state(m);
-    PyObject *x_obj, *scale_obj = NULL, *fmt_obj = NULL, *out_obj = Py_None, *nt_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$OO:fp8_quantize", kwlist, &x_obj, &scale_obj, &fmt_obj,
-                                     &out_obj, &nt_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&quantize_sig, args, kw, a) < 0) return NULL;
+    PyObject *x_obj = a[0], *scale_obj = a[1], *fmt_obj = a[2], *out_obj = vt_arg_or_none(a[3]),
+             *nt_obj = vt_arg_or_none(a[4]);
     int fmt = VT_DTYPE_FP8_E4M3, nth;
     float scale;
     if (fmt_obj && parse_fmt(st, fmt_obj, fn, &fmt) < 0) return NULL;
@@ -183,13 +212,11 @@ static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "fp8_dequantize";
-    static char *kwlist[] = {"codes", "scale", "fmt", "dtype", "out", "num_threads", NULL};
     vt_module_state *st = vt_state(m);
-    PyObject *c_obj, *scale_obj = NULL, *fmt_obj = Py_None, *dtype_obj = Py_None, *out_obj = Py_None,
-                     *nt_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO$OO:fp8_dequantize", kwlist, &c_obj, &scale_obj, &fmt_obj,
-                                     &dtype_obj, &out_obj, &nt_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&dequantize_sig, args, kw, a) < 0) return NULL;
+    PyObject *c_obj = a[0], *scale_obj = a[1], *fmt_obj = vt_arg_or_none(a[2]), *dtype_obj = vt_arg_or_none(a[3]),
+             *out_obj = vt_arg_or_none(a[4]), *nt_obj = vt_arg_or_none(a[5]);
     int fmt = -1, dtype, nth;
     float scale;
     if (fmt_obj != Py_None && parse_fmt(st, fmt_obj, fn, &fmt) < 0) return NULL;
@@ -205,8 +232,7 @@ static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
     if (fmt < 0) fmt = implied < 0 ? VT_DTYPE_FP8_E4M3 : implied;
     if (implied >= 0 && implied != fmt) {
         PyErr_Format(PyExc_TypeError, "%s: codes of dtype %s must be read with fmt='%s'; got fmt='%s'", fn,
-                     c.dtype_name, implied == VT_DTYPE_FP8_E4M3 ? "e4m3" : "e5m2",
-                     fmt == VT_DTYPE_FP8_E4M3 ? "e4m3" : "e5m2");
+                     c.dtype_name, short_name(implied), short_name(fmt));
         goto fail_c;
     }
     int64_t n = vt_tensor_numel(&c, fn, "codes");
@@ -224,11 +250,10 @@ fail_c:
 
 static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
     static const char fn[] = "convert";
-    static char *kwlist[] = {"x", "dtype", "out", "num_threads", NULL};
     vt_module_state *st = vt_state(m);
-    PyObject *x_obj, *dtype_obj, *out_obj = Py_None, *nt_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO:convert", kwlist, &x_obj, &dtype_obj, &out_obj, &nt_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&convert_sig, args, kw, a) < 0) return NULL;
+    PyObject *x_obj = a[0], *dtype_obj = a[1], *out_obj = vt_arg_or_none(a[2]), *nt_obj = vt_arg_or_none(a[3]);
     int dtype, nth;
     if (parse_float_dtype(st, dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
@@ -251,20 +276,22 @@ static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
     return finish(st, s, &err, &x, &out);
 }
 
+static char quantize_doc[512], dequantize_doc[512], convert_doc[512];
+
 static PyMethodDef codec_methods[] = {
-    {"fp8_quantize", (PyCFunction)(void (*)(void))py_fp8_quantize, METH_VARARGS | METH_KEYWORDS,
-     "fp8_quantize($module, /, x, scale=1.0, fmt='e4m3', *, out=None, num_threads=None)\n--\n\n"
-     "Quantize float32/float16/bfloat16 x to fp8 codes (uint8) with vLLM's CUDA store semantics."},
-    {"fp8_dequantize", (PyCFunction)(void (*)(void))py_fp8_dequantize, METH_VARARGS | METH_KEYWORDS,
-     "fp8_dequantize($module, /, codes, scale=1.0, fmt=None, dtype=None, *, out=None, num_threads=None)\n--\n\n"
-     "Decode fp8 codes and multiply by scale (exact decode)."},
-    {"convert", (PyCFunction)(void (*)(void))py_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert($module, /, x, dtype, *, out=None, num_threads=None)\n--\n\n"
-     "Convert between float32, float16 and bfloat16 (round to nearest even)."},
+    {"fp8_quantize", (PyCFunction)(void (*)(void))py_fp8_quantize, METH_VARARGS | METH_KEYWORDS, quantize_doc},
+    {"fp8_dequantize", (PyCFunction)(void (*)(void))py_fp8_dequantize, METH_VARARGS | METH_KEYWORDS, dequantize_doc},
+    {"convert", (PyCFunction)(void (*)(void))py_convert, METH_VARARGS | METH_KEYWORDS, convert_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int vt_codec_exec(PyObject *m, vt_module_state *st) {
     (void)st;
+    vt_signature_doc(&quantize_sig, "Quantize float32/float16/bfloat16 x to fp8 codes (uint8) with vLLM's CUDA store "
+                     "semantics.", quantize_doc, sizeof quantize_doc);
+    vt_signature_doc(&dequantize_sig, "Decode fp8 codes and multiply by scale (exact decode).", dequantize_doc,
+                     sizeof dequantize_doc);
+    vt_signature_doc(&convert_sig, "Convert between float32, float16 and bfloat16 (round to nearest even).",
+                     convert_doc, sizeof convert_doc);
     return PyModule_AddFunctions(m, codec_methods);
 }

@@ -7,6 +7,7 @@
  *   _C.isa() -> str
  */
 #include "vt_binding.h"
+#include "vt_signature.h"
 
 #include <string.h>
 
@@ -129,9 +130,13 @@ static void copy_task(void *ctx, int ith, int nth) {
     if (b < e) memcpy(j->dst + b, j->src + b, e - b);
 }
 
-static PyObject *py_bench_copy(PyObject *m, PyObject *args) {
-    PyObject *dst_obj, *src_obj, *nt_obj = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|O:_bench_copy", &dst_obj, &src_obj, &nt_obj)) return NULL;
+VT_SIGNATURE(slot_bytes_sig, "dtype_slot_bytes", VT_SLOT_BYTES_NPOS, VT_SLOT_BYTES_ARGS);
+VT_SIGNATURE(bench_copy_sig, "_bench_copy", VT_BENCH_COPY_NPOS, VT_BENCH_COPY_ARGS);
+
+static PyObject *py_bench_copy(PyObject *m, PyObject *args, PyObject *kw) {
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&bench_copy_sig, args, kw, a) < 0) return NULL;
+    PyObject *dst_obj = a[0], *src_obj = a[1], *nt_obj = vt_arg_or_none(a[2]);
     vt_module_state *st = vt_state(m);
     int nth = vt_num_threads_arg(nt_obj, "_bench_copy");
     if (nth < 0) return NULL;
@@ -160,14 +165,18 @@ static PyObject *py_bench_copy(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args) {
+static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args, PyObject *kw) {
     (void)m;
-    const char *name;
-    PyObject *d_obj;
-    int64_t d;
-    if (!PyArg_ParseTuple(args, "sO:dtype_slot_bytes", &name, &d_obj) ||
-        vt_int_arg(d_obj, "dtype_slot_bytes", "head_size", INT64_MIN, INT64_MAX, &d) < 0)
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&slot_bytes_sig, args, kw, a) < 0) return NULL;
+    const char *name = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
+    if (!name) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "dtype_slot_bytes: dtype must be a str; got %s", Py_TYPE(a[0])->tp_name);
         return NULL;
+    }
+    int64_t d;
+    if (vt_int_arg(a[1], "dtype_slot_bytes", "head_size", INT64_MIN, INT64_MAX, &d) < 0) return NULL;
     int id;
     vt_error err;
     if (vt_dtype_from_name(name, "dtype", &id, &err) != VT_OK) {
@@ -181,12 +190,12 @@ static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args) {
     return PyLong_FromSize_t(id < 0 ? 0 : vt_dtype_slot_bytes(id, (size_t)d));
 }
 
+static char slot_bytes_doc[256], bench_copy_doc[256];
+
 static PyMethodDef info_methods[] = {
-    {"dtype_slot_bytes", py_dtype_slot_bytes, METH_VARARGS,
-     "dtype_slot_bytes($module, dtype, head_size, /)\n--\n\nTurboQuant slot bytes (vLLM's slot_size_aligned); 0 for "
-     "other dtypes."},
-    {"_bench_copy", py_bench_copy, METH_VARARGS,
-     "_bench_copy($module, dst, src, num_threads=None, /)\n--\n\nThreaded memcpy of src into dst (benchmarks only)."},
+    {"dtype_slot_bytes", (PyCFunction)(void (*)(void))py_dtype_slot_bytes, METH_VARARGS | METH_KEYWORDS,
+     slot_bytes_doc},
+    {"_bench_copy", (PyCFunction)(void (*)(void))py_bench_copy, METH_VARARGS | METH_KEYWORDS, bench_copy_doc},
     {"build_info", py_build_info, METH_NOARGS,
      "build_info($module, /)\n--\n\nVersion, ISA chosen, CPU features, compiler, whether the CUDA arm was built."},
     {"dtype_table", py_dtype_table, METH_NOARGS, "dtype_table($module, /)\n--\n\nThe C dtype table, one dict per dtype."},
@@ -201,5 +210,9 @@ static PyMethodDef info_methods[] = {
 
 int vt_info_exec(PyObject *m, vt_module_state *st) {
     (void)st;
+    vt_signature_doc(&slot_bytes_sig, "Slot bytes of a slot format (vLLM's slot_size_aligned / slot_size); 0 for "
+                     "other dtypes.", slot_bytes_doc, sizeof slot_bytes_doc);
+    vt_signature_doc(&bench_copy_sig, "Threaded memcpy of src into dst (benchmarks only).", bench_copy_doc,
+                     sizeof bench_copy_doc);
     return PyModule_AddFunctions(m, info_methods);
 }

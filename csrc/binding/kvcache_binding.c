@@ -15,6 +15,7 @@
  * The views and DLPack exports live in kvcache_export.c, the functional
  * stores in store_binding.c. */
 #include "vt_kvcache_type.h"
+#include "vt_signature.h"
 
 #include <string.h>
 
@@ -89,19 +90,20 @@ static PyObject *cache_get_scales(const vt_kv_cache *c, int which) {
 
 /* ---------------------------------------------------------- the type */
 
+VT_SIGNATURE(kv_new_sig, "PagedKVCache", VT_KV_NEW_NPOS, VT_KV_NEW_ARGS);
+VT_SIGNATURE(kv_store_sig, "store", VT_KV_STORE_NPOS, VT_KV_STORE_ARGS);
+VT_SIGNATURE(kv_gather_sig, "gather", VT_KV_GATHER_NPOS, VT_KV_GATHER_ARGS);
+
 static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static const char fn[] = "PagedKVCache";
-    static char *kwlist[] = {"num_layers", "num_blocks", "block_size", "num_kv_heads", "head_size", "dtype",
-                             "layout", "k_scale", "v_scale", "model_dtype", NULL};
     vt_module_state *st = vt_state_from_type(type);
     if (!st) return NULL;
-    PyObject *dims_obj[5];
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&kv_new_sig, args, kw, a) < 0) return NULL;
+    PyObject *const *dims_obj = a;
+    char *const *kwlist = kv_new_sig.kwlist;
     int64_t dims[5];
-    PyObject *dtype_obj, *layout_obj = NULL, *k_obj = NULL, *v_obj = NULL, *model_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|OOO$O:PagedKVCache", kwlist, &dims_obj[0], &dims_obj[1],
-                                     &dims_obj[2], &dims_obj[3], &dims_obj[4], &dtype_obj, &layout_obj, &k_obj, &v_obj,
-                                     &model_obj))
-        return NULL;
+    PyObject *dtype_obj = a[5], *layout_obj = a[6], *k_obj = a[7], *v_obj = a[8], *model_obj = vt_arg_or_none(a[9]);
     for (int i = 0; i < 5; i++) /* the core refuses values < 1 by name; here only what is not a 64-bit int */
         if (vt_int_arg(dims_obj[i], fn, kwlist[i], INT64_MIN, INT64_MAX, &dims[i]) < 0) return NULL;
     const int64_t L = dims[0], nb = dims[1], bs = dims[2], H = dims[3], D = dims[4];
@@ -223,13 +225,11 @@ static int refuse_inputs_in_layer(const KVCacheObject *self, const char *fn, int
 
 static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
     static const char fn[] = "PagedKVCache.store";
-    static char *kwlist[] = {"layer", "key", "value", "slot_mapping", "num_threads", NULL};
     KVCacheObject *self = (KVCacheObject *)op;
     vt_module_state *st = vt_state_from_type(Py_TYPE(op));
-    PyObject *layer_obj, *k_obj, *v_obj, *s_obj, *nt_obj = Py_None;
-    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OOOO|$O:store", kwlist, &layer_obj, &k_obj, &v_obj, &s_obj,
-                                            &nt_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (!st || vt_sig_parse(&kv_store_sig, args, kw, a) < 0) return NULL;
+    PyObject *layer_obj = a[0], *k_obj = a[1], *v_obj = a[2], *s_obj = a[3], *nt_obj = vt_arg_or_none(a[4]);
     int64_t layer;
     int nth;
     if (vt_kv_require_storage(self, fn) < 0 || vt_kv_layer_arg(self, layer_obj, fn, &layer) < 0) return NULL;
@@ -257,12 +257,11 @@ static PyObject *kv_store(PyObject *op, PyObject *args, PyObject *kw) {
 
 static PyObject *kv_gather(PyObject *op, PyObject *args, PyObject *kw) {
     static const char fn[] = "PagedKVCache.gather";
-    static char *kwlist[] = {"layer", "slots", "rotated", NULL};
     KVCacheObject *self = (KVCacheObject *)op;
     vt_module_state *st = vt_state_from_type(Py_TYPE(op));
-    PyObject *layer_obj, *s_obj, *rot_obj = Py_False;
-    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "OO|$O:gather", kwlist, &layer_obj, &s_obj, &rot_obj))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (!st || vt_sig_parse(&kv_gather_sig, args, kw, a) < 0) return NULL;
+    PyObject *layer_obj = a[0], *s_obj = a[1], *rot_obj = a[2] ? a[2] : Py_False;
     if (!PyBool_Check(rot_obj)) {
         PyErr_Format(PyExc_TypeError, "%s: rotated must be a bool; got %s", fn, Py_TYPE(rot_obj)->tp_name);
         return NULL;
@@ -427,6 +426,8 @@ static PyGetSetDef kv_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static char kv_store_doc[512], kv_gather_doc[512], kv_doc[512];
+
 static PyMethodDef kv_methods[] = {
     {"key_cache", vt_kv_key_cache, METH_O,
      "key_cache($self, layer, /)\n--\n\nZero-copy view of a layer's K storage ([num_blocks, block_size, H_kv, D] for "
@@ -436,20 +437,12 @@ static PyMethodDef kv_methods[] = {
      "k_scale_cache($self, layer, /)\n--\n\nZero-copy float32 [num_blocks, block_size, H_kv] view of a "
      "per-token-head layer's K scales (vLLM's k_scale_cache); ValueError for other dtypes."},
     {"v_scale_cache", vt_kv_v_scale_cache, METH_O, "v_scale_cache($self, layer, /)\n--\n\nAs k_scale_cache, for V."},
-    {"store", (PyCFunction)(void (*)(void))kv_store, METH_VARARGS | METH_KEYWORDS,
-     "store($self, /, layer, key, value, slot_mapping, *, num_threads=None)\n--\n\nStore key/value [num_tokens, "
-     "H_kv, D] at slot_mapping (int64; negative skips)."},
-    {"gather", (PyCFunction)(void (*)(void))kv_gather, METH_VARARGS | METH_KEYWORDS,
-     "gather($self, /, layer, slots, *, rotated=False)\n--\n\nRead slots back as float32 (k, v), each [n, H_kv, "
-     "D]; int4_per_token_head: rotated back to the stored basis unless rotated=True."},
+    {"store", (PyCFunction)(void (*)(void))kv_store, METH_VARARGS | METH_KEYWORDS, kv_store_doc},
+    {"gather", (PyCFunction)(void (*)(void))kv_gather, METH_VARARGS | METH_KEYWORDS, kv_gather_doc},
     {"release", kv_release, METH_NOARGS,
      "release($self, /)\n--\n\nFree the storage now; BufferError while a view or DLPack export is alive."},
-    {"_dlpack", (PyCFunction)(void (*)(void))vt_kv_private_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "_dlpack($self, /, layer=None, which=-1, max_version=None)\n--\n\nA DLPack capsule of the cache, a layer "
-     "([2, ...]) or one of its K (which=0) / V (which=1)."},
-    {"__dlpack__", (PyCFunction)(void (*)(void))vt_kv_dunder_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nThe whole cache as "
-     "[num_layers, 2, ...] in the layout's order (uint8 for fp8)."},
+    {"_dlpack", (PyCFunction)(void (*)(void))vt_kv_private_dlpack, METH_VARARGS | METH_KEYWORDS, vt_kv_private_dlpack_doc},
+    {"__dlpack__", (PyCFunction)(void (*)(void))vt_kv_dunder_dlpack, METH_VARARGS | METH_KEYWORDS, vt_kv_dunder_dlpack_doc},
     {"__dlpack_device__", vt_kv_dlpack_device, METH_NOARGS, "__dlpack_device__($self, /)\n--\n\n(1, 0): CPU."},
     {NULL, NULL, 0, NULL},
 };
@@ -460,8 +453,7 @@ static PyType_Slot kv_slots[] = {
     {Py_tp_repr, kv_repr},
     {Py_tp_methods, kv_methods},
     {Py_tp_getset, kv_getset},
-    {Py_tp_doc, "PagedKVCache(num_layers, num_blocks, block_size, num_kv_heads, head_size, dtype, layout='NHD', "
-                "k_scale=1.0, v_scale=1.0, *, model_dtype=None)\n--\n\nA vLLM-compatible paged KV cache."},
+    {Py_tp_doc, kv_doc},
     {0, NULL},
 };
 
@@ -474,6 +466,13 @@ static PyType_Spec kv_spec = {
 };
 
 int vt_kvcache_exec(PyObject *m, vt_module_state *st) {
+    vt_signature_doc_as(&kv_store_sig, "$self", "Store key/value [num_tokens, H_kv, D] at slot_mapping (int64; "
+                        "negative skips).", kv_store_doc, sizeof kv_store_doc);
+    vt_signature_doc_as(&kv_gather_sig, "$self", "Read slots back as float32 (k, v), each [n, H_kv, D]; "
+                        "int4_per_token_head: rotated back to the stored basis unless rotated=True.", kv_gather_doc,
+                        sizeof kv_gather_doc);
+    vt_signature_doc_as(&kv_new_sig, NULL, "A vLLM-compatible paged KV cache.", kv_doc, sizeof kv_doc);
+    vt_kv_export_docs();
     PyObject *type = PyType_FromModuleAndSpec(m, &kv_spec, NULL);
     if (!type) return -1;
     st->slots[VT_SLOT_KVCACHE_TYPE] = type;

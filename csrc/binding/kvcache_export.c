@@ -4,6 +4,7 @@
  * KVCacheObject.exports (atomic: dropped by DLPack deleters that may run
  * on any thread), so release() refuses while one is alive. */
 #include "vt_kvcache_type.h"
+#include "vt_signature.h"
 
 #include <string.h>
 
@@ -219,11 +220,22 @@ static int want_versioned(PyObject *mv) {
     return overflow > 0 || major >= 1; /* a major past C's long is a future version, not an error */
 }
 
+VT_SIGNATURE(dunder_dlpack_sig, "__dlpack__", VT_KV_DLPACK_NPOS, VT_KV_DLPACK_ARGS);
+VT_SIGNATURE(private_dlpack_sig, "_dlpack", VT_KV_PRIVATE_DLPACK_NPOS, VT_KV_PRIVATE_DLPACK_ARGS);
+char vt_kv_dunder_dlpack_doc[512], vt_kv_private_dlpack_doc[512];
+
+void vt_kv_export_docs(void) {
+    vt_signature_doc_as(&dunder_dlpack_sig, "$self", "The whole cache as [num_layers, 2, ...] in the layout's order "
+                        "(uint8 for fp8).", vt_kv_dunder_dlpack_doc, sizeof vt_kv_dunder_dlpack_doc);
+    vt_signature_doc_as(&private_dlpack_sig, "$self", "A DLPack capsule of the cache, a layer ([2, ...]) or one of its "
+                        "K (which=0) / V (which=1).", vt_kv_private_dlpack_doc, sizeof vt_kv_private_dlpack_doc);
+}
+
 PyObject *vt_kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
     KVCacheObject *self = (KVCacheObject *)op;
-    PyObject *stream = Py_None, *mv = Py_None, *dev = Py_None, *copy = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &mv, &dev, &copy)) return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&dunder_dlpack_sig, args, kw, a) < 0) return NULL;
+    PyObject *mv = vt_arg_or_none(a[1]), *copy = vt_arg_or_none(a[3]); /* stream, dl_device: CPU memory, none */
     if (vt_kv_require_storage(self, "PagedKVCache.__dlpack__") < 0) return NULL;
     if (copy == Py_True) {
         PyErr_SetString(PyExc_BufferError, "PagedKVCache.__dlpack__: copy must be None or False; got True");
@@ -233,11 +245,13 @@ PyObject *vt_kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
 }
 
 PyObject *vt_kv_private_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"layer", "which", "max_version", NULL};
     KVCacheObject *self = (KVCacheObject *)op;
-    PyObject *layer_obj = NULL, *mv = Py_None;
-    int which = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OiO:_dlpack", kwlist, &layer_obj, &which, &mv)) return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&private_dlpack_sig, args, kw, a) < 0) return NULL;
+    PyObject *layer_obj = a[0], *mv = vt_arg_or_none(a[2]);
+    int64_t which64 = -1;
+    if (a[1] && vt_int_arg(a[1], "PagedKVCache._dlpack", "which", -1, 1, &which64) < 0) return NULL;
+    int which = (int)which64;
     if (vt_kv_require_storage(self, "PagedKVCache._dlpack") < 0) return NULL;
     int64_t layer = -1;
     if (layer_obj && layer_obj != Py_None && vt_kv_layer_arg(self, layer_obj, "PagedKVCache._dlpack", &layer) < 0)

@@ -10,11 +10,15 @@
  * (str); a path for hf_quant_config is read only when vLLM would read it
  * (config.json's quantization_config missing or null). */
 #include "vt_binding.h"
+#include "vt_signature.h"
 
 #include <string.h>
 
 #include "vtinfer/json.h"
 #include "vtinfer/resolver.h"
+
+VT_SIGNATURE(json_loads_sig, "json_loads", VT_JSON_LOADS_NPOS, VT_JSON_LOADS_ARGS);
+VT_SIGNATURE(resolve_sig, "resolve_kv_cache_dtype", VT_RESOLVE_NPOS, VT_RESOLVE_ARGS);
 
 /* A big JSON integer as a Python int. Python refuses to convert integers
  * longer than sys.get_int_max_str_digits() (as json.loads does); the
@@ -108,22 +112,26 @@ static int load_doc(vt_module_state *st, PyObject *obj, const char *fn, const ch
 }
 
 static PyObject *py_json_loads(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"text", "name", "max_depth", "max_bytes", NULL};
-    PyObject *text;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&json_loads_sig, args, kw, a) < 0) return NULL;
+    PyObject *text = a[0];
     const char *name = NULL;
-    int max_depth = 0;
-    Py_ssize_t max_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|z$in:json_loads", kwlist, &text, &name, &max_depth, &max_bytes))
+    int64_t max_depth = 0, max_bytes = 0;
+    if (a[1] && a[1] != Py_None) {
+        if (!PyUnicode_Check(a[1])) {
+            PyErr_Format(PyExc_TypeError, "json_loads: name must be a str or None; got %s", Py_TYPE(a[1])->tp_name);
+            return NULL;
+        }
+        if (!(name = PyUnicode_AsUTF8(a[1]))) return NULL;
+    }
+    if ((a[2] && vt_int_arg(a[2], "json_loads", "max_depth", 0, INT_MAX, &max_depth) < 0) ||
+        (a[3] && vt_int_arg(a[3], "json_loads", "max_bytes", 0, PY_SSIZE_T_MAX, &max_bytes) < 0))
         return NULL;
     if (!PyBytes_Check(text)) {
         PyErr_Format(PyExc_TypeError, "json_loads: text must be bytes; got %s", Py_TYPE(text)->tp_name);
         return NULL;
     }
-    if (max_depth < 0 || max_bytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "json_loads: max_depth and max_bytes must be >= 0");
-        return NULL;
-    }
-    vt_json_limits lim = {(size_t)max_bytes, max_depth};
+    vt_json_limits lim = {(size_t)max_bytes, (int)max_depth};
     vt_json_doc *doc;
     if (load_doc(vt_state(m), text, "json_loads", "text", name, &lim, &doc) < 0) return NULL;
     PyObject *r = to_py(vt_json_root(doc), name, vt_state(m));
@@ -139,13 +147,12 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 }
 
 static PyObject *py_resolve(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"kv_cache_dtype", "config", "hf_quant_config", "layers", NULL};
-    int layers = 1;
     const char *fn = "resolve_kv_cache_dtype";
-    PyObject *flag, *config, *hq = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$p:resolve_kv_cache_dtype", kwlist, &flag, &config, &hq,
-                                     &layers))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&resolve_sig, args, kw, a) < 0) return NULL;
+    PyObject *flag = a[0], *config = a[1], *hq = vt_arg_or_none(a[2]);
+    int layers = a[3] ? PyObject_IsTrue(a[3]) : 1;
+    if (layers < 0) return NULL;
     if (!PyUnicode_Check(flag)) {
         PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must be a str; got %s", fn, Py_TYPE(flag)->tp_name);
         return NULL;
@@ -254,12 +261,11 @@ static PyObject *py_vllm_unstored(PyObject *m, PyObject *unused) {
     return d;
 }
 
+static char json_loads_doc[256], resolve_doc[512];
+
 static PyMethodDef resolver_methods[] = {
-    {"json_loads", (PyCFunction)(void (*)(void))py_json_loads, METH_VARARGS | METH_KEYWORDS,
-     "json_loads(text, name=None, *, max_depth=0, max_bytes=0)\n--\n\nParse JSON bytes with vtinfer's C reader."},
-    {"resolve_kv_cache_dtype", (PyCFunction)(void (*)(void))py_resolve, METH_VARARGS | METH_KEYWORDS,
-     "resolve_kv_cache_dtype(kv_cache_dtype, config, hf_quant_config=None, *, layers=True)\n--\n\n"
-     "Resolve a --kv-cache-dtype flag against config.json (bytes or path) as vLLM does."},
+    {"json_loads", (PyCFunction)(void (*)(void))py_json_loads, METH_VARARGS | METH_KEYWORDS, json_loads_doc},
+    {"resolve_kv_cache_dtype", (PyCFunction)(void (*)(void))py_resolve, METH_VARARGS | METH_KEYWORDS, resolve_doc},
     {"vllm_kv_cache_dtypes", py_vllm_dtypes, METH_NOARGS,
      "vllm_kv_cache_dtypes()\n--\n\nvLLM's accepted --kv-cache-dtype values (pinned release)."},
     {"vllm_kv_cache_dtypes_unstored", py_vllm_unstored, METH_NOARGS,
@@ -269,5 +275,9 @@ static PyMethodDef resolver_methods[] = {
 
 int vt_resolver_exec(PyObject *m, vt_module_state *st) {
     (void)st;
+    vt_signature_doc(&json_loads_sig, "Parse JSON bytes with vtinfer's C reader.", json_loads_doc,
+                     sizeof json_loads_doc);
+    vt_signature_doc(&resolve_sig, "Resolve a --kv-cache-dtype flag against config.json (bytes or path) as vLLM "
+                     "does.", resolve_doc, sizeof resolve_doc);
     return PyModule_AddFunctions(m, resolver_methods);
 }

@@ -1,4 +1,4 @@
-/* vtinfer._C's TurboQuant slot-cache functions (csrc/core/kv_store_tq.c):
+/* vtinfer._C's slot-format functions (TurboQuant, UltraQuant; csrc/core/kv_slots.c):
  *
  *   _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints) -> None
  *   _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out) -> None
@@ -7,10 +7,14 @@
  * checked here and again in the core before a byte is written. */
 #include "vt_binding.h"
 #include "vt_store_args.h"
+#include "vt_signature.h"
 #include "vtinfer/turboquant.h"
 
 #include <stdio.h>
 #include <string.h>
+
+VT_SIGNATURE(slot_store_sig, "turboquant_store", VT_SLOT_STORE_NPOS, VT_SLOT_STORE_ARGS);
+VT_SIGNATURE(slot_gather_sig, "turboquant_gather", VT_SLOT_GATHER_NPOS, VT_SLOT_GATHER_ARGS);
 
 #define NPIN 7
 
@@ -125,10 +129,9 @@ static const float *codebook(tq_call *c, PyObject *obj, const char *arg, int dty
 
 
 static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"key", "value", "kv_cache", "slot_mapping", "kv_cache_dtype", "midpoints", NULL};
-    PyObject *ko, *vo, *co, *so, *dto, *mo = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O:turboquant_store", kwlist, &ko, &vo, &co, &so, &dto, &mo))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&slot_store_sig, args, kw, a) < 0) return NULL;
+    PyObject *ko = a[0], *vo = a[1], *co = a[2], *so = a[3], *dto = a[4], *mo = vt_arg_or_none(a[5]);
     tq_call c;
     memset(&c, 0, sizeof c);
     c.fn = "turboquant_store";
@@ -197,10 +200,9 @@ fail:
 }
 
 static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"kv_cache", "slots", "kv_cache_dtype", "centroids", "k_out", "v_out", NULL};
-    PyObject *co, *so, *dto, *cen, *ko, *vo;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO:turboquant_gather", kwlist, &co, &so, &dto, &cen, &ko, &vo))
-        return NULL;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&slot_gather_sig, args, kw, a) < 0) return NULL;
+    PyObject *co = a[0], *so = a[1], *dto = a[2], *cen = a[3], *ko = a[4], *vo = a[5];
     tq_call c;
     memset(&c, 0, sizeof c);
     c.fn = "turboquant_gather";
@@ -245,17 +247,19 @@ fail:
     return NULL;
 }
 
+static char store_doc[512], gather_doc[512];
+
 static PyMethodDef tq_functions[] = {
-    {"turboquant_store", (PyCFunction)(void (*)(void))py_tq_store, METH_VARARGS | METH_KEYWORDS,
-     "turboquant_store($module, /, key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints=None)\n--\n\n"
-     "vLLM's TurboQuant store (see vtinfer.turboquant_store)."},
-    {"turboquant_gather", (PyCFunction)(void (*)(void))py_tq_gather, METH_VARARGS | METH_KEYWORDS,
-     "turboquant_gather($module, /, kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out)\n--\n\n"
-     "The dequantized read of TurboQuant slots (see vtinfer.turboquant_gather)."},
+    {"turboquant_store", (PyCFunction)(void (*)(void))py_tq_store, METH_VARARGS | METH_KEYWORDS, store_doc},
+    {"turboquant_gather", (PyCFunction)(void (*)(void))py_tq_gather, METH_VARARGS | METH_KEYWORDS, gather_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int vt_tq_exec(PyObject *m, vt_module_state *st) {
     (void)st;
+    vt_signature_doc(&slot_store_sig, "vLLM's slot-format store (see vtinfer.turboquant_store).", store_doc,
+                     sizeof store_doc);
+    vt_signature_doc(&slot_gather_sig, "The dequantized read of slot-format slots (see vtinfer.turboquant_gather).",
+                     gather_doc, sizeof gather_doc);
     return PyModule_AddFunctions(m, tq_functions);
 }

@@ -33,6 +33,9 @@ PyObject *vt_kv_k_scale_cache(PyObject *self, PyObject *layer);
 PyObject *vt_kv_v_scale_cache(PyObject *self, PyObject *layer);
 PyObject *vt_kv_dunder_dlpack(PyObject *op, PyObject *args, PyObject *kw);
 PyObject *vt_kv_private_dlpack(PyObject *op, PyObject *args, PyObject *kw);
+/* The two DLPack methods' docstrings, from their signature tables (vt_kv_export_docs fills them). */
+extern char vt_kv_dunder_dlpack_doc[512], vt_kv_private_dlpack_doc[512];
+void vt_kv_export_docs(void);
 PyObject *vt_kv_dlpack_device(PyObject *self, PyObject *unused);
 
 #endif /* VTINFER_BINDING_KVCACHE_TYPE_H */

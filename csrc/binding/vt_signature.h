@@ -130,6 +130,109 @@
     X(output_scale, "None")                                                                                          \
     X(num_threads, "None")
 
+/* The codecs (csrc/binding/codec_binding.c). */
+#define VT_QUANTIZE_NPOS 3
+#define VT_QUANTIZE_ARGS(X)                                                                                          \
+    X(x, NULL)                                                                                                       \
+    X(scale, "1.0")                                                                                                  \
+    X(fmt, "'e4m3'")                                                                                                 \
+    X(out, "None")                                                                                                   \
+    X(num_threads, "None")
+#define VT_DEQUANTIZE_NPOS 4
+#define VT_DEQUANTIZE_ARGS(X)                                                                                        \
+    X(codes, NULL)                                                                                                   \
+    X(scale, "1.0")                                                                                                  \
+    X(fmt, "None")                                                                                                   \
+    X(dtype, "None")                                                                                                 \
+    X(out, "None")                                                                                                   \
+    X(num_threads, "None")
+#define VT_CONVERT_FLOAT_NPOS 2
+#define VT_CONVERT_FLOAT_ARGS(X)                                                                                     \
+    X(x, NULL)                                                                                                       \
+    X(dtype, NULL)                                                                                                   \
+    X(out, "None")                                                                                                   \
+    X(num_threads, "None")
+
+/* The slot formats' store and read (csrc/binding/tq_binding.c). */
+#define VT_SLOT_STORE_NPOS 6
+#define VT_SLOT_STORE_ARGS(X)                                                                                        \
+    X(key, NULL)                                                                                                     \
+    X(value, NULL)                                                                                                   \
+    X(kv_cache, NULL)                                                                                                \
+    X(slot_mapping, NULL)                                                                                            \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(midpoints, "None")
+#define VT_SLOT_GATHER_NPOS 6
+#define VT_SLOT_GATHER_ARGS(X)                                                                                       \
+    X(kv_cache, NULL)                                                                                                \
+    X(slots, NULL)                                                                                                   \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(centroids, NULL)                                                                                               \
+    X(k_out, NULL)                                                                                                   \
+    X(v_out, NULL)
+
+/* The JSON reader and the resolver (csrc/binding/resolver_binding.c). */
+#define VT_JSON_LOADS_NPOS 2
+#define VT_JSON_LOADS_ARGS(X)                                                                                        \
+    X(text, NULL)                                                                                                    \
+    X(name, "None")                                                                                                  \
+    X(max_depth, "0")                                                                                                \
+    X(max_bytes, "0")
+#define VT_RESOLVE_NPOS 3
+#define VT_RESOLVE_ARGS(X)                                                                                           \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(config, NULL)                                                                                                  \
+    X(hf_quant_config, "None")                                                                                       \
+    X(layers, "True")
+
+/* PagedKVCache (csrc/binding/kvcache_binding.c, kvcache_export.c). */
+#define VT_KV_NEW_NPOS 9
+#define VT_KV_NEW_ARGS(X)                                                                                            \
+    X(num_layers, NULL)                                                                                              \
+    X(num_blocks, NULL)                                                                                              \
+    X(block_size, NULL)                                                                                              \
+    X(num_kv_heads, NULL)                                                                                            \
+    X(head_size, NULL)                                                                                               \
+    X(dtype, NULL)                                                                                                   \
+    X(layout, "'NHD'")                                                                                               \
+    X(k_scale, "1.0")                                                                                                \
+    X(v_scale, "1.0")                                                                                                \
+    X(model_dtype, "None")
+#define VT_KV_STORE_NPOS 4
+#define VT_KV_STORE_ARGS(X)                                                                                          \
+    X(layer, NULL)                                                                                                   \
+    X(key, NULL)                                                                                                     \
+    X(value, NULL)                                                                                                   \
+    X(slot_mapping, NULL)                                                                                            \
+    X(num_threads, "None")
+#define VT_KV_GATHER_NPOS 2
+#define VT_KV_GATHER_ARGS(X)                                                                                         \
+    X(layer, NULL)                                                                                                   \
+    X(slots, NULL)                                                                                                   \
+    X(rotated, "False")
+#define VT_KV_DLPACK_NPOS 0
+#define VT_KV_DLPACK_ARGS(X)                                                                                         \
+    X(stream, "None")                                                                                                \
+    X(max_version, "None")                                                                                           \
+    X(dl_device, "None")                                                                                             \
+    X(copy, "None")
+#define VT_KV_PRIVATE_DLPACK_NPOS 3
+#define VT_KV_PRIVATE_DLPACK_ARGS(X)                                                                                 \
+    X(layer, "None")                                                                                                 \
+    X(which, "-1")                                                                                                   \
+    X(max_version, "None")
+
+/* The module's info helpers (csrc/binding/info.c). */
+#define VT_SLOT_BYTES_NPOS 2
+#define VT_SLOT_BYTES_ARGS(X)                                                                                        \
+    X(dtype, NULL)                                                                                                   \
+    X(head_size, NULL)
+#define VT_BENCH_COPY_NPOS 3
+#define VT_BENCH_COPY_ARGS(X)                                                                                        \
+    X(dst, NULL)                                                                                                     \
+    X(src, NULL)                                                                                                     \
+    X(num_threads, "None")
+
 /* An optional argument's value: the object, or None where it was not given. */
 static inline PyObject *vt_arg_or_none(PyObject *x) { return x ? x : Py_None; }
 
@@ -195,5 +298,7 @@ int vt_sig_parse(vt_signature *s, PyObject *args, PyObject *kw, PyObject **field
 
 /* Write "<name>($module, /, a, b, *, c=..., ...)\n--\n\n<summary>" into buf. */
 void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size);
+/* The same with `first` for "$module" ("$self" for a method; NULL for a type's constructor, no "/"). */
+void vt_signature_doc_as(const vt_signature *sig, const char *first, const char *summary, char *buf, size_t size);
 
 #endif /* VTINFER_BINDING_SIGNATURE_H */

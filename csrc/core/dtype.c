@@ -11,6 +11,8 @@ static const char *const flags_f16[] = {"float16", "half", NULL};
 static const char *const flags_bf16[] = {"bfloat16", NULL};
 static const char *const flags_e4m3[] = {"fp8", "fp8_e4m3", NULL};
 static const char *const flags_e5m2[] = {"fp8_e5m2", NULL};
+static const char *const aliases_e4m3[] = {"e4m3", "e4m3fn", NULL};
+static const char *const aliases_e5m2[] = {"e5m2", NULL};
 static const char *const flags_i8pth[] = {"int8_per_token_head", NULL};
 static const char *const flags_f8pth[] = {"fp8_per_token_head", NULL};
 static const char *const flags_i4pth[] = {"int4_per_token_head", NULL};
@@ -40,11 +42,11 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
                        .elem_bits = 16, .code_dtype = VT_DTYPE_BF16, .scale_kind = VT_SCALE_NONE,
                        .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
     [VT_DTYPE_FP8_E4M3] = {.id = VT_DTYPE_FP8_E4M3, .name = "fp8_e4m3", .numpy_name = "float8_e4m3fn",
-                           .flags = flags_e4m3, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 448.0, .exponent_bits = 4,
+                           .flags = flags_e4m3, .aliases = aliases_e4m3, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 448.0, .exponent_bits = 4,
                            .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
                            .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "fp8"},
     [VT_DTYPE_FP8_E5M2] = {.id = VT_DTYPE_FP8_E5M2, .name = "fp8_e5m2", .numpy_name = "float8_e5m2",
-                           .flags = flags_e5m2, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 57344.0,
+                           .flags = flags_e5m2, .aliases = aliases_e5m2, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 57344.0,
                            .exponent_bits = 5, .mantissa_bits = 2, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E5M2,
                            .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "fp8"},
     /* vLLM 0.33 _PER_TOKEN_HEAD_QUANT_PARAMS: int8 (127, -128); fp8 (finfo max, min) = (448, -448). */
@@ -140,6 +142,14 @@ size_t vt_dtype_slot_bytes(int dtype, size_t head_size) {
 const vt_dtype_info *vt_dtype_get(int dtype) {
     if (dtype < 0 || dtype >= VT_DTYPE_COUNT) return NULL;
     return &dtype_table[dtype];
+}
+
+int vt_dtype_from_alias(const char *name) {
+    if (!name) return -1;
+    for (int d = 0; d < VT_DTYPE_COUNT; d++)
+        for (const char *const *a = dtype_table[d].aliases; a && *a; a++)
+            if (strcmp(name, *a) == 0) return d;
+    return -1;
 }
 
 size_t vt_kv_cache_flag_count(void) {

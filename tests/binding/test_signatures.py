@@ -17,7 +17,7 @@ from vtinfer import _C
 STUB = Path(vt.__file__).with_name("_C.pyi")
 FUNCS = ["flash_attn_varlen_func", "reshape_and_cache_flash", "reshape_and_cache", "concat_and_cache_mla",
          "mask_empty_context_lse", "swap_blocks", "convert_fp8", "gather_and_maybe_dequant_cache", "cp_gather_cache",
-         "merge_attn_states"]
+         "merge_attn_states", "fp8_quantize", "fp8_dequantize", "convert"]
 
 
 def _shape(sig: inspect.Signature):
@@ -50,7 +50,8 @@ def test_c_signature_equals_stub(name):
 # non-paged varlen form (cu_seqlens_k, then seqused_k / block_table are
 # optional) and the fp8-query arguments before calling the C function.
 WRAPPER_ONLY = {"flash_attn_varlen_func": {"cu_seqlens_k", "q_descale", "q_dtype", "return_softmax_lse"}}
-WRAPPER_DEFAULTS = {"flash_attn_varlen_func": {"seqused_k": None, "block_table": None}}
+WRAPPER_DEFAULTS = {"flash_attn_varlen_func": {"seqused_k": None, "block_table": None},
+                    "fp8_dequantize": {"dtype": __import__("numpy").float32}}  # the wrapper names C's None
 # C-only keywords the wrapper computes itself (swap_blocks: each tensor's allocation extent).
 C_ONLY = {"swap_blocks": {"src_extent", "dst_extent"}}
 

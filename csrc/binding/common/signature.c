@@ -122,12 +122,18 @@ int vt_attn_pyargs_parse(PyObject *args, PyObject *kw, int cuda, vt_attn_pyargs 
     return vt_sig_parse(cuda ? &attn_cuda_sig : &attn_sig, args, kw, (PyObject **)a);
 }
 
-void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size) {
-    size_t n = (size_t)snprintf(buf, size, "%s($module, /", sig->name);
+void vt_signature_doc_as(const vt_signature *sig, const char *first, const char *summary, char *buf, size_t size) {
+    size_t n = first ? (size_t)snprintf(buf, size, "%s(%s, /", sig->name, first)
+                     : (size_t)snprintf(buf, size, "%s(", sig->name);
     for (int i = 0; i < sig->nargs && n < size; i++) {
-        const char *star = i == sig->npos && sig->npos < sig->nargs ? ", *" : "";
-        n += (size_t)snprintf(buf + n, size - n, "%s, %s%s%s", star, sig->kwlist[i], sig->defaults[i] ? "=" : "",
+        const char *star = i == sig->npos && sig->npos < sig->nargs ? "*, " : "";
+        const char *sep = first || i > 0 ? ", " : "";
+        n += (size_t)snprintf(buf + n, size - n, "%s%s%s%s%s", sep, star, sig->kwlist[i], sig->defaults[i] ? "=" : "",
                               sig->defaults[i] ? sig->defaults[i] : "");
     }
     if (n < size) snprintf(buf + n, size - n, ")\n--\n\n%s", summary);
+}
+
+void vt_signature_doc(const vt_signature *sig, const char *summary, char *buf, size_t size) {
+    vt_signature_doc_as(sig, "$module", summary, buf, size);
 }

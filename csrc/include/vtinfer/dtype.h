@@ -74,6 +74,7 @@ typedef struct vt_dtype_info {
     const char *name;          /* canonical vtinfer name: "float32", "fp8_e4m3", ... */
     const char *numpy_name;    /* NumPy / ml_dtypes name: "float32", "bfloat16", "float8_e4m3fn" */
     const char *const *flags;  /* vLLM --kv-cache-dtype spellings naming this dtype, NULL-terminated */
+    const char *const *aliases; /* the codec functions' short names ("e4m3", "e4m3fn"), NULL-terminated; NULL: none */
     size_t elem_bytes;         /* bytes per element (1 for int4_per_token_head: a byte holds two, see elem_bits) */
     int is_fp8;                /* 1 for the float8 formats */
     double max_finite;         /* largest finite value */
@@ -132,6 +133,9 @@ VT_API const vt_dtype_info *vt_dtype_get(int dtype);
  * listed in `err` when nothing matches; `argname` names the argument in
  * that message (e.g. "kv_cache_dtype"). */
 VT_API vt_status vt_dtype_from_name(const char *name, const char *argname, int *out, vt_error *err);
+
+/* The dtype whose `aliases` hold `name` (the codec functions' short names), or -1. */
+VT_API int vt_dtype_from_alias(const char *name);
 
 /* The kv-cache-dtype flag values in table order, "auto" first; index i in
  * [0, vt_kv_cache_flag_count()). Returns NULL past the end. */
