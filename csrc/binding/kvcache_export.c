@@ -256,10 +256,6 @@ PyObject *vt_kv_private_dlpack(PyObject *op, PyObject *args, PyObject *kw) {
     int64_t layer = -1;
     if (layer_obj && layer_obj != Py_None && vt_kv_layer_arg(self, layer_obj, "PagedKVCache._dlpack", &layer) < 0)
         return NULL;
-    if (which < -1 || which > 1) {
-        PyErr_Format(PyExc_ValueError, "PagedKVCache._dlpack: which must be -1, 0 or 1; got %d", which);
-        return NULL;
-    }
     if (layer < 0 && which >= 0) {
         PyErr_SetString(PyExc_ValueError, "PagedKVCache._dlpack: which needs a layer");
         return NULL;
