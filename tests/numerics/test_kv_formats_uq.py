@@ -26,6 +26,7 @@ import pytest
 import vtinfer as vt
 from tests.numerics import uq_twin
 from tests.numerics.test_attention_oracle import check_close, shuffled_block_table
+from tests.numerics.test_kv_formats_triton import _require_triton
 from vtinfer.testing import upstream
 
 FMT = "ultraquant_4bit"
@@ -113,15 +114,6 @@ def test_gather_matches_the_twin_and_keys_rotate_back():
     kb = K @ vt._turboquant.hadamard(128)
     rel = np.linalg.norm(kb - k.astype(np.float32), axis=-1) / np.linalg.norm(k.astype(np.float32), axis=-1)
     assert 0.02 < float(np.median(rel)) < 0.2
-
-
-def _require_triton() -> None:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        if os.environ.get("VTINFER_REQUIRE_TRITON", "") not in ("", "0"):
-            pytest.fail("triton required (VTINFER_REQUIRE_TRITON=1) but not installed")
-        pytest.skip("triton not installed (pip install triton==3.9.0)")
 
 
 def test_store_matches_vllms_triton_store(vllm_source, tmp_path):
