@@ -84,7 +84,8 @@ def turboquant_store(
     key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str, midpoints: Any = None
 ) -> None: ...
 def turboquant_gather(
-    kv_cache: Any, slots: Any, kv_cache_dtype: str, centroids: Any, k_out: np.ndarray, v_out: np.ndarray
+    kv_cache: Any, slots: Any, kv_cache_dtype: str, centroids: Any, k_out: np.ndarray, v_out: np.ndarray, *,
+    num_threads: int | None = None,
 ) -> None: ...
 def reshape_and_cache_flash(
     key: Any,

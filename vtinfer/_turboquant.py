@@ -157,7 +157,8 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
     _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids)
 
 
-def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
+def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size: int, *,
+                      num_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Dequantize slots of a slot cache: vLLM's ``_tq_full_dequant_kv`` (TurboQuant) and
     ``ultraquant_dequant`` (UltraQuant) in float32.
 
@@ -168,6 +169,9 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         ``block * block_size + offset``, each in ``[0, num_blocks * block_size)``.
     kv_cache_dtype : str
     head_size : int
+    num_threads : int, optional
+        Default ``VTINFER_NUM_THREADS`` or the CPU affinity count; the slots are
+        split evenly, so the result never depends on it.
 
     Returns
     -------
@@ -193,7 +197,7 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         D = head_size
         cen = _lloyd_max(D, info.key_bits)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
             1 << info.key_bits, np.float32)
-    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v)
+    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v, num_threads=num_threads)
     return k, v
 
 
@@ -286,7 +290,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
                          f"sequence's seqused_k reads); got {bt[b, j]}")
     used = np.unique(bt[read]) if read.any() else np.zeros(1, np.int32)
     slots = (used.astype(np.int64)[:, None] * bs + np.arange(bs, dtype=np.int64)).reshape(-1)
-    k, v = turboquant_gather(kv_cache, slots, kv_cache_dtype, D)
+    k, v = turboquant_gather(kv_cache, slots, kv_cache_dtype, D, num_threads=num_threads)
     k = k.reshape(len(used), bs, -1, D)
     v = v.reshape(len(used), bs, -1, D)
     qf = q.astype(np.float32)

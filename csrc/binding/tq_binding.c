@@ -1,7 +1,7 @@
 /* vtinfer._C's slot-format functions (TurboQuant, UltraQuant; csrc/core/kv_slots.c):
  *
  *   _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints) -> None
- *   _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out) -> None
+ *   _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out, num_threads=None) -> None
  *
  * The codebook arrays come from vtinfer/_turboquant.py (the public wrappers). Every argument is
  * checked here and again in the core before a byte is written. */
@@ -203,6 +203,8 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject *a[VT_SIG_MAX_ARGS];
     if (vt_sig_parse(&slot_gather_sig, args, kw, a) < 0) return NULL;
     PyObject *co = a[0], *so = a[1], *dto = a[2], *cen = a[3], *ko = a[4], *vo = a[5];
+    const int nth = vt_num_threads_arg(vt_arg_or_none(a[6]), "turboquant_gather");
+    if (nth < 0) return NULL;
     tq_call c;
     memset(&c, 0, sizeof c);
     c.fn = "turboquant_gather";
@@ -237,7 +239,7 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
     vt_error err;
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = vt_tq_gather(&cache, sl->data, n, k->data, v->data, &err);
+    s = vt_tq_gather(&cache, sl->data, n, k->data, v->data, nth, &err);
     Py_END_ALLOW_THREADS
     if (status_ok(&c, s, &err) < 0) goto fail;
     release(&c);

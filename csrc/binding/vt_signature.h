@@ -169,7 +169,8 @@
     X(kv_cache_dtype, NULL)                                                                                          \
     X(centroids, NULL)                                                                                               \
     X(k_out, NULL)                                                                                                   \
-    X(v_out, NULL)
+    X(v_out, NULL)                                                                                                   \
+    X(num_threads, "None")
 
 /* The JSON reader and the resolver (csrc/binding/resolver_binding.c). */
 #define VT_JSON_LOADS_NPOS 2

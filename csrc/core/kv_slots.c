@@ -1,7 +1,7 @@
 /* The slot formats' store and dequantized read on a caller-owned slot cache (vtinfer/turboquant.h): the
  * checks and the loops over tokens and heads, shared by every row of page_layout VT_PAGE_SLOTS; the format's
- * own rules are its row's slot codec (kv_store_tq.c: TurboQuant, kv_store_uq.c: UltraQuant). Scalar C11, one
- * thread. */
+ * own rules are its row's slot codec (kv_store_tq.c: TurboQuant, kv_store_uq.c: UltraQuant). Scalar C11;
+ * the store runs on the calling thread (a repeated slot keeps the last token), the read on the pool. */
 #include <stdint.h>
 
 #include "vt_internal.h"
@@ -77,8 +77,31 @@ vt_status vt_tq_store(const vt_tq_cache *c, int src_dtype, const void *key, int6
     return VT_OK;
 }
 
+typedef struct gather_job {
+    const vt_tq_cache *c;
+    const vt_dtype_info *t;
+    const int64_t *slots;
+    int64_t n;
+    float *k_out, *v_out;
+} gather_job;
+
+static void gather_task(void *ctx, int ith, int nth) {
+    const gather_job *j = ctx;
+    const vt_tq_cache *c = j->c;
+    const int64_t d = c->head_size, H = c->num_kv_heads;
+    size_t b, e;
+    vt_split_range((size_t)j->n, 1, ith, nth, &b, &e);
+    for (int64_t i = (int64_t)b; i < (int64_t)e; i++)
+        for (int64_t h = 0; h < H; h++)
+            j->t->slot->read(c, j->t, slot_at(c, j->slots[i], h), j->k_out + (i * H + h) * d,
+                             j->v_out + (i * H + h) * d);
+}
+
+/* Slots read per thread at the least (a slot is a few hundred bytes). */
+#define GATHER_SLOTS_PER_THREAD 1024
+
 vt_status vt_tq_gather(const vt_tq_cache *c, const int64_t *slots, int64_t n, float *k_out, float *v_out,
-                       vt_error *err) {
+                       int num_threads, vt_error *err) {
     const char *fn = "turboquant_gather";
     if (!c) return vt_error_set(err, VT_ERR_VALUE, "vt_tq_gather: the cache must not be NULL");
     vt_status st = check_cache(c, fn, err);
@@ -91,10 +114,10 @@ vt_status vt_tq_gather(const vt_tq_cache *c, const int64_t *slots, int64_t n, fl
         if (slots[i] < 0 || slots[i] >= limit)
             return vt_error_set(err, VT_ERR_INDEX, "%s: slots[%lld] must be in [0, num_blocks * block_size = %lld); "
                                 "got %lld", fn, (long long)i, (long long)limit, (long long)slots[i]);
-    const vt_dtype_info *t = vt_dtype_get(c->dtype);
-    const int64_t d = c->head_size, H = c->num_kv_heads;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++)
-            t->slot->read(c, t, slot_at(c, slots[i], h), k_out + (i * H + h) * d, v_out + (i * H + h) * d);
+    gather_job j = {.c = c, .t = vt_dtype_get(c->dtype), .slots = slots, .n = n, .k_out = k_out, .v_out = v_out};
+    int nth = num_threads < 1 ? 1 : num_threads;
+    const int64_t useful = n * c->num_kv_heads / GATHER_SLOTS_PER_THREAD;
+    if (nth > useful) nth = useful < 1 ? 1 : (int)(useful > VT_MAX_THREADS ? VT_MAX_THREADS : useful);
+    vt_parallel_for(gather_task, &j, nth);
     return VT_OK;
 }

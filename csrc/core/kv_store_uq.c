@@ -86,9 +86,11 @@ static void uq_dequant_row(const uint8_t *src, int64_t d, float *out) {
     const uint8_t *scales = src + d / 2;
     for (int64_t g = 0; g < d / UQ_GROUP; g++) {
         const float s = scales[g] ? exp2f((float)((int)scales[g] - 127)) : 0.0f;
-        for (int i = 0; i < UQ_GROUP; i++) {
-            const uint8_t byte = src[(g * UQ_GROUP + i) / 2];
-            out[g * UQ_GROUP + i] = uq_value[(i & 1) ? byte >> 4 : byte & 0xF] * s;
+        const uint8_t *cg = src + g * (UQ_GROUP / 2);
+        float *o = out + g * UQ_GROUP;
+        for (int i = 0; i < UQ_GROUP / 2; i++) {
+            o[2 * i] = uq_value[cg[i] & 0xF] * s;
+            o[2 * i + 1] = uq_value[cg[i] >> 4] * s;
         }
     }
 }

@@ -222,7 +222,7 @@ static void test_turboquant(void) {
         if (i < 2 * TS || i >= 3 * TS) CHECK(cache[i] == 0x5A, "byte %d outside the stored slot written", i);
     float ko[TD], vo[TD];
     int64_t one = 2;
-    CHECK(vt_tq_gather(&c, &one, 1, ko, vo, &err) == VT_OK && ko[0] == 448.0f && ko[2] == 16.0f && vo[0] == -4.0f &&
+    CHECK(vt_tq_gather(&c, &one, 1, ko, vo, 1, &err) == VT_OK && ko[0] == 448.0f && ko[2] == 16.0f && vo[0] == -4.0f &&
               vo[TD - 1] == 26.0f, "gather");
     memcpy(before, cache, sizeof cache);
     int64_t bad[2] = {0, TB};

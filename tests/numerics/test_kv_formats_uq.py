@@ -305,3 +305,16 @@ def test_slot_bytes_pages_boundary_layers_and_resolution_equal_vllms(vllm_source
     assert (info.family, info.page_layout, info.scale_kind, info.key_bits, info.value_bits) == (
         "ultraquant", "slots", "slot", 4, 4)
     assert FMT in vt.SLOT_DTYPES and FMT not in vt.TURBOQUANT_DTYPES and FMT not in vt.KV_CACHE_DTYPES_NOT_STORED
+
+
+@pytest.mark.parametrize("fmt", ["ultraquant_4bit", "turboquant_k8v4"])
+def test_gather_on_the_pool_equals_one_thread(fmt):
+    rng = np.random.default_rng(7)
+    T, H, D = 600, 4, 128
+    k, v = rows(rng, T, H, D, "bfloat16", adversarial=False), rows(rng, T, H, D, "bfloat16", adversarial=False)
+    cache = np.zeros((T // 16 + 1, 16, H, vt.turboquant_slot_bytes(fmt, D)), np.uint8)
+    slots = rng.permutation(cache.shape[0] * 16)[:T].astype(np.int64)
+    vt.turboquant_store(k, v, cache, slots, fmt)
+    one = vt.turboquant_gather(cache, slots, fmt, D, num_threads=1)
+    two = vt.turboquant_gather(cache, slots, fmt, D, num_threads=2)
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(one, two))

@@ -51,13 +51,14 @@ VT_API vt_status vt_tq_store(const vt_tq_cache *c, int src_dtype, const void *ke
                              int64_t value_stride_head, const int64_t *slot_mapping, int64_t num_tokens,
                              vt_error *err);
 
-/* Dequantize the slots slots[0..n): k_out, v_out [n, num_kv_heads, head_size] float32 C-contiguous.
+/* Dequantize the slots slots[0..n): k_out, v_out [n, num_kv_heads, head_size] float32 C-contiguous, on
+ * num_threads threads (<= 1: the calling thread; the slots split evenly, so the bytes never depend on it).
  * V = code * float(scale16) + float(zero16). K: key_bits 8 the e4m3 value; MSE presets the key in
  * the rotated basis, float(norm16) * c[index] (norm-correction presets first scale c by
  * 1 / sqrt(sum c^2 + 1e-16), the sum in float32 in element order), as vLLM's dequant kernel; K in
  * the model's basis is K_rot H. Every slot must be in [0, num_blocks * block_size). */
 VT_API vt_status vt_tq_gather(const vt_tq_cache *c, const int64_t *slots, int64_t n, float *k_out, float *v_out,
-                              vt_error *err);
+                              int num_threads, vt_error *err);
 
 #ifdef __cplusplus
 }
