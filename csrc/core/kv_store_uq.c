@@ -6,7 +6,8 @@
  * K is rotated first by the in-register Walsh-Hadamard the kernel runs: log2(D) butterfly stages, each
  * y[i] = (y[i] + y[i ^ b]) * c (bit b of i clear) or (y[i ^ b] - y[i]) * c (set), c = float32(1 / sqrt(2)),
  * in float32. V is not rotated. Per group of 32 (float32 throughout):
- *   a = max |x|; a == 0, or a not finite: scale byte 0, every code +0 (0b0000);
+ *   a = max |x|; a == 0, a not finite, or a * 0.156 underflowing to 0 (float32 input only): scale byte 0, every
+ *   code +0 (0b0000);
  *   else e = floor(log2(a * float32(0.156)) + 0.5), s = 2^e, byte e + 127 (0 outside [0, 255]);
  *   code of x: n = the number of the 14 FP4 midpoints m with x / s > m (sorted level n of
  *   -6, -4, -3, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6), E2M1 bits 15 - n (n < 7) or n - 7;
@@ -61,12 +62,13 @@ static void uq_quantize_row(const float *x, int64_t d, uint8_t *dst) {
             if (!(m <= 3.4028234663852886e38f)) finite = 0; /* inf or NaN */
             if (m > a) a = m;
         }
-        if (a == 0.0f || !finite) {
+        const float sr = a * 0.156f;
+        if (sr == 0.0f || !finite) { /* a zero group, or one whose scale underflows (float32 input only) */
             scales[g] = 0;
             for (int i = 0; i < UQ_GROUP / 2; i++) cg[i] = 0;
             continue;
         }
-        const int e = (int)floorf(log2f(a * 0.156f) + 0.5f);
+        const int e = (int)floorf(log2f(sr) + 0.5f);
         const float s = exp2f((float)e);
         scales[g] = (uint8_t)(e + 127 >= 0 && e + 127 <= 255 ? e + 127 : 0);
         for (int i = 0; i < UQ_GROUP; i += 2) {

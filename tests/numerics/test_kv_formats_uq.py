@@ -92,6 +92,9 @@ def test_non_finite_groups_store_the_zero_sentinel():
     v = rng.standard_normal((2, 1, 64)).astype(np.float32)
     v[0, 0, 3] = np.inf
     v[1, 0, 40] = np.nan
+    tiny = np.full((1, 1, 64), 1e-45, np.float32)  # 0.156 * 1.4e-45 underflows: the zero sentinel, no UB
+    ours_t, twin_t = store_both(tiny, tiny, np.array([0], np.int64))
+    assert np.array_equal(ours_t, twin_t) and not ours_t.reshape(-1, 1, 68)[0, 0, 34:].any()
     k = np.ones_like(v)
     ours, twin = store_both(k, v, np.array([0, 1], np.int64))
     assert np.array_equal(ours, twin)

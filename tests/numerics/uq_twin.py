@@ -1,8 +1,9 @@
 """An independent NumPy twin of vLLM 0.33's UltraQuant store and read (ultraquant_4bit), written from
 the wheel's format.py and triton_store.py (read, not imported): the key's float32 Walsh-Hadamard
 butterflies, per group of 32 a UE8M0 power-of-two scale 2^floor(log2(0.156 absmax) + 0.5), FP4 E2M1 codes
-by strict comparison with the 14 midpoints, two codes per byte. A group whose absmax is 0 or not finite
-stores scale byte 0 and +0 codes (format.py's zero sentinel; reference.py's rule for non-finite scales)."""
+by strict comparison with the 14 midpoints, two codes per byte. A group whose absmax is 0 or not finite, or
+whose 0.156 * absmax underflows to 0 (float32 input), stores scale byte 0 and +0 codes (format.py's zero
+sentinel; reference.py's rule for non-finite scales)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     g = x.reshape(*x.shape[:-1], -1, GROUP)
     with np.errstate(all="ignore"):
         a = np.abs(g).max(axis=-1)
-        bad = (a == 0) | ~np.isfinite(a)
+        bad = (a * np.float32(0.156) == 0) | ~np.isfinite(a)
         e = np.floor(np.log2(np.where(bad, np.float32(1), a) * np.float32(0.156)) + np.float32(0.5))
         s = np.exp2(e).astype(np.float32)
         v = g / s[..., None]
