@@ -219,3 +219,14 @@ def test_every_vllm_value_is_stored_or_refused_with_the_cpu_reason(vllm_resolver
         with pytest.raises(ValueError, match="which vtinfer does not store") as e:
             vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=64, dtype=name)
         assert why.split(". vLLM on a CPU")[0] in str(e.value)
+
+
+def test_plan_kv_cache_names_why_a_vllm_value_is_not_stored(tmp_path):
+    import vtinfer as vt
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 2,
+                                                      "num_key_value_heads": 1, "hidden_size": 64,
+                                                      "torch_dtype": "bfloat16"}))
+    with pytest.raises(NotImplementedError, match="plan_kv_cache: vtinfer cannot store kv_cache_dtype 'nvfp4'") as e:
+        vt.plan_kv_cache(tmp_path, "nvfp4", 16, num_blocks=1)
+    assert vt.KV_CACHE_DTYPES_NOT_STORED["nvfp4"] in str(e.value)
