@@ -12,8 +12,9 @@
  * (x << 16) and odd element (x & 0xffff0000), so q rows and accumulators
  * are kept in that even/odd order; fp8 goes through the fp8 -> fp16 bit
  * map (e5m2 is fp16's top byte; e4m3's magnitude shifted by 7 is fp16 at
- * 2^-8 of the value, NaN mapped to fp16 NaN) and F16C, then a multiply by
- * 2^8, which is exact. AVX2 has no byte-masked loads: a row's last partial
+ * 2^-8 of the value, NaN mapped to fp16 NaN) and F16C; the 2^8 goes once on
+ * each logit and on the accumulators at the end (exact: a power of two; a
+ * product below float32's normal range is the only place it can differ). AVX2 has no byte-masked loads: a row's last partial
  * chunk is copied to a zero-padded buffer first.
  *
  * int4_per_token_head runs the same tile with the int4 tile's arithmetic
@@ -71,14 +72,14 @@ T static AI __m256 tanh8(__m256 x) {
     return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
 }
 
-static inline int chunk_pos(vt_dtype dt, int e) {
+static inline int chunk_pos(const vt_dtype dt, int e) {
     if (dt == VT_DTYPE_BF16 || dt == VT_DTYPE_INT4_PTH) return (e & 1) * 8 + (e >> 1);
     return e;
 }
 
 /* Decode the full 16-element chunk at src into two float32 vectors, in
  * chunk_pos order, exactly. */
-T static AI void dec16(vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
+T static AI void dec16(const vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
     if (dt == VT_DTYPE_F32) {
         *a = _mm256_loadu_ps((const float *)src);
         *b = _mm256_loadu_ps((const float *)src + 8);
@@ -91,10 +92,23 @@ T static AI void dec16(vt_dtype dt, const uint8_t *src, __m256 *a, __m256 *b) {
         __m128i x = _mm_loadu_si128((const __m128i *)src);
         *a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x));
         *b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)));
-    } else {
-        vt256_fp8x16_to_f32(dt == VT_DTYPE_FP8_E4M3, _mm_loadu_si128((const __m128i *)src), a, b);
+    } else if (dt == VT_DTYPE_FP8_E5M2) { /* e5m2 is fp16's top byte */
+        const __m256i w = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src)), 8);
+        *a = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+        *b = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+    } else { /* e4m3 at 2^-8 of its value (E4M3_UNIT): sign to bit 15, magnitude to bits 7..13; NaN to NaN */
+        const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
+        const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
+        __m256i w = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(x, 8), 1), _mm256_set1_epi16((short)0xBFFF));
+        w = _mm256_or_si256(w, nan);
+        *a = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+        *b = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
     }
 }
+
+/* What a decoded element of dt is worth, in decoded units: e4m3 decodes to 2^-8 of its value (the
+ * fp16 bit map), undone once on each logit and on the accumulators, exactly (powers of two). */
+static inline float dec_unit(const vt_dtype dt) { return dt == VT_DTYPE_FP8_E4M3 ? 256.0f : 1.0f; }
 
 /* 16 int4 codes (8 bytes: element 2i in byte i's low nibble, 2i + 1 in its high one) minus the
  * zero point zp, as evens (a) and odds (b). */
@@ -104,9 +118,15 @@ T static AI void dec16_i4(const uint8_t *src, __m256 zp, __m256 *a, __m256 *b) {
     *b = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4)), zp);
 }
 
+/* Chunk c of a row, known to be whole. */
+T static AI void dec_whole(const vt_dtype dt, const uint8_t *row, int c, int esz, float zp, __m256 *a, __m256 *b) {
+    if (dt == VT_DTYPE_INT4_PTH) dec16_i4(row + (size_t)c * CH / 2, _mm256_set1_ps(zp), a, b);
+    else dec16(dt, row + (size_t)c * CH * esz, a, b);
+}
+
 /* Chunk c of a row: in place when whole, else through a zero-padded copy (int4: its codes minus
  * the zero point zp; lanes past the row then hold -zp, where q is 0). */
-T static AI void dec_chunk(vt_dtype dt, const uint8_t *row, int c, int D, int esz, float zp, __m256 *a, __m256 *b) {
+T static AI void dec_chunk(const vt_dtype dt, const uint8_t *row, int c, int D, int esz, float zp, __m256 *a, __m256 *b) {
     if (dt == VT_DTYPE_INT4_PTH) {
         if ((c + 1) * CH <= D) {
             dec16_i4(row + (size_t)c * CH / 2, _mm256_set1_ps(zp), a, b);
@@ -150,8 +170,9 @@ T static AI float hsum8(__m256 x) {
     return _mm_cvtss_f32(m);
 }
 
-/* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows (kz: the keys' int4 zero points). */
-T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int D, int esz,
+/* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows (kz: the keys' int4 zero points);
+ * the NC - 1 leading chunks of a row are whole, the last one whole or padded. */
+T static AI void qk_rows(const int R, const vt_dtype dt, const float *qp, int Dp, int D, int esz,
                          const uint8_t *const *kp, const float *kz, int nk, float *S) {
     const int NC = Dp / CH;
     for (int jj = 0; jj < nk; jj++) {
@@ -160,7 +181,8 @@ T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int 
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm256_setzero_ps();
         for (int c = 0; c < NC; c++) {
             __m256 ka, kb;
-            dec_chunk(dt, kp[jj], c, D, esz, kz[jj], &ka, &kb);
+            if (c + 1 < NC) dec_whole(dt, kp[jj], c, esz, kz[jj], &ka, &kb);
+            else dec_chunk(dt, kp[jj], c, D, esz, kz[jj], &ka, &kb);
             VT_UNROLL
             for (int r = 0; r < R; r++) {
                 s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
@@ -172,8 +194,8 @@ T static AI void qk_rows(const int R, vt_dtype dt, const float *qp, int Dp, int 
     }
 }
 
-T static void qk_group(int R, vt_dtype dt, const float *qp, int Dp, int D, int esz, const uint8_t *const *kp,
-                       const float *kz, int nk, float *S) {
+T static AI void qk_group(int R, const vt_dtype dt, const float *qp, int Dp, int D, int esz,
+                          const uint8_t *const *kp, const float *kz, int nk, float *S) {
     switch (R) {
     case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
     case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
@@ -205,6 +227,41 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 16) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
+/* P V for one row straight from the V rows (no decoded copy): chunks [c0, c0 + NCH) of the row's accumulator,
+ * alpha-scaled, plus the weighted chunks of keys [0, nk). */
+T static AI void pv_dec_chunks(const int NCH, const vt_dtype dt, float *acc, float alpha, const float *P,
+                               const uint8_t *const *vp, const float *vz, int c0, int NC, int D, int esz, int nk) {
+    __m256 a[8];
+    const __m256 al = _mm256_set1_ps(alpha);
+    VT_UNROLL
+    for (int v = 0; v < 2 * NCH; v++) a[v] = _mm256_mul_ps(_mm256_loadu_ps(acc + (size_t)c0 * CH + 8 * v), al);
+    for (int jj = 0; jj < nk; jj++) {
+        if (P[jj] == 0.0f) continue;
+        const __m256 pb = _mm256_set1_ps(P[jj]);
+        VT_UNROLL
+        for (int cc = 0; cc < NCH; cc++) {
+            __m256 va, vb;
+            if (c0 + cc + 1 < NC) dec_whole(dt, vp[jj], c0 + cc, esz, vz[jj], &va, &vb);
+            else dec_chunk(dt, vp[jj], c0 + cc, D, esz, vz[jj], &va, &vb);
+            a[2 * cc] = _mm256_fmadd_ps(pb, va, a[2 * cc]);
+            a[2 * cc + 1] = _mm256_fmadd_ps(pb, vb, a[2 * cc + 1]);
+        }
+    }
+    VT_UNROLL
+    for (int v = 0; v < 2 * NCH; v++) _mm256_storeu_ps(acc + (size_t)c0 * CH + 8 * v, a[v]);
+}
+
+T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const float *P, const uint8_t *const *vp,
+                            const float *vz, int NC, int D, int esz, int nk) {
+    int c0 = 0;
+    for (; NC - c0 >= 4; c0 += 4) pv_dec_chunks(4, dt, acc, alpha, P, vp, vz, c0, NC, D, esz, nk);
+    if (NC - c0 >= 2) pv_dec_chunks(2, dt, acc, alpha, P, vp, vz, c0, NC, D, esz, nk), c0 += 2;
+    if (NC - c0 >= 1) pv_dec_chunks(1, dt, acc, alpha, P, vp, vz, c0, NC, D, esz, nk);
+}
+
+/* Rows per group up to which P V decodes V in place for each row; more rows decode each V row once. */
+#define PV_DIRECT_ROWS 2
+
 #ifndef PF_BLOCKS
 #define PF_BLOCKS 16 /* prefetch distance in key blocks (of 8 keys) */
 #endif
@@ -222,16 +279,15 @@ static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t 
             }
 }
 
-T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                         float *acc) {
+/* The tile for the codes' decoder dt (pth: per-token-head scales), both constants of each instance. */
+T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
+                      float *m, float *l, float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
     /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
      * K scale into its logit and its V scale into its weight, as the AVX-512 tile does. */
-    const int pth = vt_dtype_per_token_head(p->kv_dtype);
-    const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
     const int i4 = dt == VT_DTYPE_INT4_PTH;
     const int esz = i4 ? 1 : (int)vt_dtype_get(dt)->elem_bytes; /* int4 addresses its rows in dec_chunk */
     const float b4 = i4 ? (float)vt_int4_rht_block(D) : 1.0f; /* the rotation's norm (H H = b I) */
@@ -309,10 +365,11 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 8, 0, (size_t)(KB - nk) * 32);
-            for (int jj = 0; jj < nk; jj++)
+            for (int jj = 0; jj < nk && rg > PV_DIRECT_ROWS; jj++)
                 for (int c = 0; c < NC; c++) {
                     __m256 va, vb2;
-                    dec_chunk(dt, vp[jj], c, D, esz, vz[jj], &va, &vb2);
+                    if (c + 1 < NC) dec_whole(dt, vp[jj], c, esz, vz[jj], &va, &vb2);
+                    else dec_chunk(dt, vp[jj], c, D, esz, vz[jj], &va, &vb2);
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 8, vb2);
                 }
@@ -324,7 +381,9 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
                     memset(pr, 0, KB * 4);
                     continue;
                 }
-                __m256 sc = _mm256_mul_ps(reduce8(S + (size_t)r * KB * 8), mul);
+                __m256 sc = reduce8(S + (size_t)r * KB * 8);
+                if (dec_unit(dt) != 1.0f) sc = _mm256_mul_ps(sc, _mm256_set1_ps(dec_unit(dt)));
+                sc = _mm256_mul_ps(sc, mul);
                 if (cap > 0.0f)
                     sc = _mm256_mul_ps(_mm256_set1_ps(cap), tanh8(_mm256_div_ps(sc, _mm256_set1_ps(cap))));
                 __m256 jpos = _mm256_add_ps(lane, _mm256_set1_ps((float)(j0 - lo[qi])));
@@ -359,18 +418,49 @@ T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float 
                 if (alpha[r] == 1.0f &&
                     _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(pr), _mm256_setzero_ps(), _CMP_NEQ_UQ)) == 0)
                     continue;
-                pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
+                if (rg > PV_DIRECT_ROWS) pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
+                else pv_dec_row(dt, ag + (size_t)r * Dp, alpha[r], pr, vp, vz, NC, D, esz, nk);
             }
         }
     }
     for (int r = 0; r < rows; r++) {
         float *o = acc + (size_t)r * D;
-        for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
+        for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)] * dec_unit(dt);
         if (i4) { /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
             vt_int4_rht(o, D, 1);
             for (int d = 0; d < D; d++) o[d] /= b4;
         }
     }
+}
+
+#define VT_AVX2_TILE(name, dt, pth)                                                                          \
+    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
+                       float *acc) {                                                                             \
+        tile(dt, pth, p, it, work, m, l, acc);                                                                   \
+    }
+VT_AVX2_TILE(tile_f32, VT_DTYPE_F32, 0)
+VT_AVX2_TILE(tile_f16, VT_DTYPE_F16, 0)
+VT_AVX2_TILE(tile_bf16, VT_DTYPE_BF16, 0)
+VT_AVX2_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
+VT_AVX2_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
+VT_AVX2_TILE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
+VT_AVX2_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+VT_AVX2_TILE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
+
+T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                         float *acc) {
+    vt_attn_tile_fn f = tile_f32;
+    switch ((vt_dtype)p->kv_dtype) {
+    case VT_DTYPE_F16: f = tile_f16; break;
+    case VT_DTYPE_BF16: f = tile_bf16; break;
+    case VT_DTYPE_FP8_E4M3: f = tile_e4m3; break;
+    case VT_DTYPE_FP8_E5M2: f = tile_e5m2; break;
+    case VT_DTYPE_INT8_PTH: f = tile_int8_pth; break;
+    case VT_DTYPE_FP8_PTH: f = tile_fp8_pth; break;
+    case VT_DTYPE_INT4_PTH: f = tile_int4_pth; break;
+    default: break;
+    }
+    f(p, it, work, m, l, acc);
 }
 
 #endif /* VT_X86 */
