@@ -14,8 +14,9 @@
  * map (e5m2 is fp16's top byte; e4m3's magnitude shifted by 7 is fp16 at
  * 2^-8 of the value, NaN mapped to fp16 NaN) and F16C; the 2^8 goes once on
  * each logit and on the accumulators at the end (exact: a power of two; a
- * product below float32's normal range is the only place it can differ). AVX2 has no byte-masked loads: a row's last partial
- * chunk is copied to a zero-padded buffer first.
+ * product below float32's normal range is the only place it can differ).
+ * AVX2 has no byte-masked loads: a row's last partial chunk is copied to a
+ * zero-padded buffer first.
  *
  * int4_per_token_head runs the same tile with the int4 tile's arithmetic
  * (attn_avx512_int4.c; twin: the scalar tile's int4 path): each query row
@@ -96,7 +97,7 @@ T static AI void dec16(const vt_dtype dt, const uint8_t *src, __m256 *a, __m256 
         const __m256i w = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src)), 8);
         *a = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
         *b = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
-    } else { /* e4m3 at 2^-8 of its value (E4M3_UNIT): sign to bit 15, magnitude to bits 7..13; NaN to NaN */
+    } else { /* e4m3 at 2^-8 of its value (dec_unit): sign to bit 15, magnitude to bits 7..13; NaN to NaN */
         const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
         const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
         __m256i w = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(x, 8), 1), _mm256_set1_epi16((short)0xBFFF));
