@@ -448,20 +448,12 @@ VT_AVX2_TILE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
 VT_AVX2_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
 VT_AVX2_TILE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
 
-T void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                         float *acc) {
-    vt_attn_tile_fn f = tile_f32;
-    switch ((vt_dtype)p->kv_dtype) {
-    case VT_DTYPE_F16: f = tile_f16; break;
-    case VT_DTYPE_BF16: f = tile_bf16; break;
-    case VT_DTYPE_FP8_E4M3: f = tile_e4m3; break;
-    case VT_DTYPE_FP8_E5M2: f = tile_e5m2; break;
-    case VT_DTYPE_INT8_PTH: f = tile_int8_pth; break;
-    case VT_DTYPE_FP8_PTH: f = tile_fp8_pth; break;
-    case VT_DTYPE_INT4_PTH: f = tile_int4_pth; break;
-    default: break;
-    }
-    f(p, it, work, m, l, acc);
-}
+/* This ISA's entries of the (ISA x format) kernel table: one instance per format it reads fast, the
+ * decoder a compile-time constant in each (cpu.c takes these before any family tile). */
+const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT] = {
+    [VT_DTYPE_F32] = tile_f32,           [VT_DTYPE_F16] = tile_f16,           [VT_DTYPE_BF16] = tile_bf16,
+    [VT_DTYPE_FP8_E4M3] = tile_e4m3,     [VT_DTYPE_FP8_E5M2] = tile_e5m2,     [VT_DTYPE_INT8_PTH] = tile_int8_pth,
+    [VT_DTYPE_FP8_PTH] = tile_fp8_pth,   [VT_DTYPE_INT4_PTH] = tile_int4_pth,
+};
 
 #endif /* VT_X86 */

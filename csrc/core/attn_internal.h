@@ -116,8 +116,8 @@ static inline int vt_attn_bf16dot_split(const vt_attn_params *p) {
 void vt_attn_tile_bf16dot_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                                  float *acc);
 #if VT_X86
-void vt_attn_tile_avx2(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                       float *acc);
+/* AVX2: one tile instance per format (attn_avx2.c), indexed by dtype; NULL where AVX2 has none. */
+extern const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT];
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
 /* int4_per_token_head on AVX-512 (attn_avx512_int4.c; twin: vt_attn_tile_scalar's int4 path). */

@@ -15,20 +15,23 @@
 static vt_cpu_features features;
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
 
-/* What each ISA brings: its codec and one attention tile per read family. The kernel tables below are
- * (ISA x format): every dtype row takes its family's tile, so a format names no tile here. */
+/* What each ISA brings: its codec, its own tile instances per format (indexed by dtype, NULL entries
+ * allowed) and one attention tile per read family. The kernel tables below are (ISA x format), filled
+ * at init: a format takes the ISA's instance for it, else the ISA's tile for its read family, else the
+ * scalar tile of that family; so a new format names no tile here and runs wherever its family runs. */
 typedef struct isa_kernels {
     vt_isa isa;
     const vt_codec_kernels *codec;
+    const vt_attn_tile_fn *format_tile;
     vt_attn_tile_fn tile[VT_READ_FAMILY_COUNT];
 } isa_kernels;
 
 static const isa_kernels ISA_KERNELS[] = {
-    {VT_ISA_SCALAR, &vt_codec_scalar,
+    {VT_ISA_SCALAR, &vt_codec_scalar, NULL,
      {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
 #if VT_X86
-    {VT_ISA_AVX2, &vt_codec_avx2, {[VT_READ_ELEMENTS] = vt_attn_tile_avx2, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx2}},
-    {VT_ISA_AVX512, &vt_codec_avx512,
+    {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tiles_avx2, {0}},
+    {VT_ISA_AVX512, &vt_codec_avx512, NULL,
      {[VT_READ_ELEMENTS] = vt_attn_tile_avx512, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512_int4}},
 #endif
 };
@@ -38,7 +41,7 @@ static const isa_kernels ISA_KERNELS[] = {
 /* AVX-512 on a CPU with AVX512-BF16: the same codec, the tile that runs grouped bf16 rows on the pair dot
  * product (vdpbf16ps) and the fp32 tiles elsewhere (int4: pair dots for bf16 q, >= 4 rows). */
 static const isa_kernels ISA_KERNELS_AVX512_BF16 = {
-    VT_ISA_AVX512, &vt_codec_avx512,
+    VT_ISA_AVX512, &vt_codec_avx512, NULL,
     {[VT_READ_ELEMENTS] = vt_attn_tile_avx512bf16, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512bf16}};
 #endif
 
@@ -48,7 +51,12 @@ static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 static void fill(vt_kernels *k, const isa_kernels *src) {
     k->isa = src->isa;
     k->codec = src->codec;
-    for (int d = 0; d < VT_DTYPE_COUNT; d++) k->attn_tile[d] = src->tile[vt_dtype_get(d)->read_family];
+    for (int d = 0; d < VT_DTYPE_COUNT; d++) {
+        vt_read_family f = vt_dtype_get(d)->read_family;
+        vt_attn_tile_fn t = f == VT_READ_NONE ? NULL : src->format_tile ? src->format_tile[d] : NULL;
+        if (!t && f != VT_READ_NONE) t = src->tile[f] ? src->tile[f] : ISA_KERNELS[0].tile[f];
+        k->attn_tile[d] = t;
+    }
 }
 
 static void fill_tables(void) {

@@ -562,10 +562,11 @@ static void test_refusals(void) {
  * codec row kernels and its attention tile, not another ISA's (the reference
  * comparison above would pass with any correct tile). */
 static void test_dispatch_tables(void) {
+    /* the family tile of each ISA; NULL: the ISA has one instance per format instead (AVX2) */
     static const vt_attn_tile_fn tiles[] = {
         vt_attn_tile_scalar,
 #if VT_X86
-        vt_attn_tile_avx2, vt_attn_tile_avx512,
+        NULL, vt_attn_tile_avx512,
 #endif
     };
     static const vt_codec_kernels *codecs[] = {
@@ -580,22 +581,27 @@ static void test_dispatch_tables(void) {
         CHECK(k->isa == (vt_isa)isa && vt_isa_active() == (vt_isa)isa, "table of %s says isa %d", isa_names[isa],
               (int)k->isa);
         vt_attn_tile_fn want = tiles[isa];
+        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: AVX-512's own */
 #if VT_X86
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want = vt_attn_tile_avx512bf16; /* the pair-dot tile */
-#endif
-        CHECK(k->attn_tile[VT_DTYPE_BF16] == want, "table of %s holds another ISA's attention tile", isa_names[isa]);
-        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: AVX2's tile, AVX-512's own */
-#if VT_X86
-        if (isa == VT_ISA_AVX2) want4 = vt_attn_tile_avx2;
         if (isa == VT_ISA_AVX512) want4 = vt_attn_tile_avx512_int4;
         /* with AVX512-BF16: the pair-dot tile, which runs the int4 fp32 tile outside its reach */
         if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want4 = vt_attn_tile_avx512bf16;
 #endif
-        CHECK(k->attn_tile[VT_DTYPE_INT4_PTH] == want4, "table of %s holds another int4 tile", isa_names[isa]);
-        /* (ISA x format): every format holds its read family's tile, none for the formats attention cannot read */
+        /* (ISA x format): every format holds its ISA's instance for it or its read family's tile, none for
+         * the formats attention cannot read */
         for (int d = 0; d < VT_DTYPE_COUNT; d++) {
             vt_read_family f = vt_dtype_get(d)->read_family;
             vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_INT4_ROTATED ? want4 : want;
+#if VT_X86
+            if (isa == VT_ISA_AVX2 && f != VT_READ_NONE) {
+                w = vt_attn_tiles_avx2[d];
+                CHECK(w != NULL, "AVX2 has no tile instance for %s", vt_dtype_get(d)->name);
+                for (int e = 0; e < d; e++) /* one instance per format: the decoder is each one's constant */
+                    CHECK(vt_attn_tiles_avx2[e] != w, "AVX2: %s and %s share a tile instance", vt_dtype_get(e)->name,
+                          vt_dtype_get(d)->name);
+            }
+#endif
             CHECK(k->attn_tile[d] == w, "table of %s: %s holds another tile", isa_names[isa], vt_dtype_get(d)->name);
         }
         CHECK(k->codec == codecs[isa] && vt_codec_active() == codecs[isa], "table of %s holds another ISA's codec",
@@ -611,8 +617,9 @@ static void test_dispatch_tables(void) {
         CHECK(vt_kernels_table(VT_ISA_SCALAR, bf16)->attn_tile[VT_DTYPE_F32] == vt_attn_tile_scalar, "scalar table's tile");
 #if VT_X86
         const vt_kernels *a2 = vt_kernels_table(VT_ISA_AVX2, bf16), *a5 = vt_kernels_table(VT_ISA_AVX512, bf16);
-        CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tile_avx2 && a2->codec == &vt_codec_avx2 &&
-                  a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tile_avx2, "AVX2 table (bf16 %d)", bf16);
+        CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tiles_avx2[VT_DTYPE_FP8_E4M3] && a2->codec == &vt_codec_avx2 &&
+                  a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH],
+              "AVX2 table (bf16 %d)", bf16);
         CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) &&
                   a5->codec == &vt_codec_avx512 &&
                   a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512_int4) &&
