@@ -280,10 +280,11 @@ static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t 
             }
 }
 
-/* The tile for the codes' decoder dt (pth: per-token-head scales), both constants of each instance. */
-T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
-                      float *m, float *l, float *acc) {
-    const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
+/* The tile for the codes' decoder dt (pth: per-token-head scales) and the head size DC (0: p->head_size), all
+ * constants of each instance. */
+T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it,
+                      float *work, float *m, float *l, float *acc) {
+    const int D = DC ? DC : (int)p->head_size, G = p->num_heads / p->num_kv_heads;
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
@@ -434,10 +435,16 @@ T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p,
     }
 }
 
+/* One instance per format; inside it, the common head sizes are constants too (unrolled chunk loops). */
 #define VT_AVX2_TILE(name, dt, pth)                                                                          \
     T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
                        float *acc) {                                                                             \
-        tile(dt, pth, p, it, work, m, l, acc);                                                                   \
+        switch (p->head_size) {                                                                                  \
+        case 64: tile(dt, pth, 64, p, it, work, m, l, acc); break;                                               \
+        case 128: tile(dt, pth, 128, p, it, work, m, l, acc); break;                                             \
+        case 256: tile(dt, pth, 256, p, it, work, m, l, acc); break;                                             \
+        default: tile(dt, pth, 0, p, it, work, m, l, acc); break;                                                \
+        }                                                                                                        \
     }
 VT_AVX2_TILE(tile_f32, VT_DTYPE_F32, 0)
 VT_AVX2_TILE(tile_f16, VT_DTYPE_F16, 0)

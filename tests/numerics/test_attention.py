@@ -85,6 +85,20 @@ def test_every_dtype(isa, q_dtype, kv):
     check_close(out, lse, args, dict(kw, kv_cache_dtype=kvd if fp8 else "auto"), what=f"{isa} {q_dtype} {kv}")
 
 
+@pytest.mark.parametrize("D", [64, 72, 128, 256])
+@pytest.mark.parametrize("kv", ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+def test_every_dtype_every_head_size(isa, kv, D):
+    """Each format at the head sizes the SIMD tiles compile as constants (64, 128, 256) and at one they take at
+    run time (72: a padded last chunk)."""
+    rng = np.random.default_rng(hash((kv, D)) % 2**32)
+    fp8 = kv.startswith("fp8")
+    args = make_case(rng, q_lens=[1, 3], k_lens=[40, 19], H=4, Hkv=2, D=D, block_size=16, q_dtype="bfloat16",
+                     kv_cache_dtype=kv if fp8 else "auto", kv_float=kv if not fp8 else "float32")
+    kw = {"kv_cache_dtype": kv if fp8 else "auto", "k_descale": np.float32(0.5), "v_descale": np.float32(2.0)}
+    out, lse = run(args, kw)
+    check_close(out, lse, args, kw, what=f"{isa} {kv} D={D}")
+
+
 @pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
 def test_hnd_layout_and_typed_codes(isa, kv):
     """HND caches passed as permuted views; fp8 codes as ml_dtypes float8."""
