@@ -410,7 +410,9 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                 alpha[r] = mg[r] == mn ? 1.0f : (mg[r] - mn < -60.0f ? 0.0f : expf(mg[r] - mn));
                 __m256 x = _mm256_sub_ps(sc, _mm256_set1_ps(mn));
                 vis = _mm256_and_ps(vis, _mm256_cmp_ps(x, _mm256_set1_ps(-60.0f), _CMP_NLT_UQ));
-                __m256 e = _mm256_and_ps(vis, exp8(_mm256_max_ps(x, _mm256_set1_ps(-80.0f))));
+                /* a visible NaN logit (a NaN code in K) stays a NaN weight (all bits set), as in the scalar twin */
+                const __m256 nan = _mm256_and_ps(vis, _mm256_cmp_ps(sc, sc, _CMP_UNORD_Q));
+                __m256 e = _mm256_or_ps(nan, _mm256_and_ps(vis, exp8(_mm256_max_ps(x, _mm256_set1_ps(-80.0f)))));
                 lg[r] = lg[r] * alpha[r] + hsum8(e);
                 mg[r] = mn;
                 _mm256_storeu_ps(pr, pth ? _mm256_mul_ps(e, vmul) : e); /* V's per-key scale on the weight */

@@ -163,9 +163,12 @@ VT512 __m512 vt512_row_weights(const vt512_row_step *st, __m512 dots, float *m, 
     /* m = -inf gives alpha 0 */
     *alpha = mo == mn ? 1.0f : (mo - mn < -60.0f ? 0.0f : expf(mo - mn));
     __m512 x = _mm512_sub_ps(sc, _mm512_set1_ps(mn));
-    vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_NLT_UQ); /* NaN stays */
+    /* a visible NaN logit (a NaN code in K) stays a NaN weight, as in the scalar twin; the clamps of the
+     * exp would make it finite */
+    const __mmask16 nan = vis & _mm512_cmp_ps_mask(sc, sc, _CMP_UNORD_Q);
+    vis &= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-60.0f), _CMP_NLT_UQ);
     *m = mn;
-    return _mm512_maskz_mov_ps(vis, vt512_exp16(x));
+    return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(vis, vt512_exp16(x)), nan, _mm512_set1_ps(NAN));
 }
 
 /* The softmax step of one block of 16 keys for the rg rows of a group
