@@ -16,7 +16,9 @@ of R interleaved rounds, the binding limit (memory: KV bytes / N-thread
 read bandwidth; compute: QK + PV flops / fp32 FMA peak, the instruction the
 kernels use today) and the fraction of that limit reached; with torch, SDPA
 on the same values (bf16, keys gathered contiguous outside the timing) as
-plain SDPA (enable_gqa) and as "group as rows" (the G query heads of a KV
+plain SDPA (enable_gqa) and as "group as rows" (torch held to the same ISA: with
+VTINFER_ISA=avx2 or scalar, ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS
+are set to match unless already set) (the G query heads of a KV
 head as G query rows of one head). A second fraction is against the memory
 floor or the bf16-dot peak, whichever binds (the goal of a vdpbf16ps
 kernel). One more case uses the demo model's own K/V (SmolLM2-135M: 30
@@ -209,11 +211,18 @@ def main():
     a = ap.parse_args()
     nth = a.threads or len(os.sched_getaffinity(0))
     lib = build_probe()
+    # torch held to the ISA vtinfer runs (VTINFER_ISA=avx2 on an AVX-512 machine gives the AVX2 figures of both);
+    # set before torch is imported, and never over a value the caller set
+    held = {"avx2": "avx2", "scalar": "default"}.get(os.environ.get("VTINFER_ISA", ""))
+    if held:
+        os.environ.setdefault("ATEN_CPU_CAPABILITY", held)
+        os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2" if held == "avx2" else "SSE41")
+        os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2" if held == "avx2" else "SSE4_2")
     try:
         import torch
 
         torch.set_num_threads(nth)
-        tver = torch.__version__
+        tver = f"{torch.__version__} ({torch.backends.cpu.get_cpu_capability()})"
     except ImportError:
         torch, tver = None, "not installed"
     res = {"isa": _C.isa(), "threads": nth, "torch": tver, "reps": a.reps,
