@@ -302,10 +302,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
     float *alpha = tmp + Dp;             /* rg */
     for (int r = 0; r < rows; r++) {
-        int g = it->g + r / rg, lr = r % rg;
-        int h = g * G + lr % G;
-        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
-                             (int64_t)h * p->q_stride_head;
+        const uint8_t *src = vt_attn_q_row(p, it, r, rg, G);
         vt_attn_load_q(p, src, tmp, D);
         if (i4) vt_attn_int4_rotate_q(p, tmp, D);
         float *qr = qp + (size_t)r * Dp;
@@ -316,8 +313,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         l[r] = 0.0f;
     }
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
-    const int64_t base = it->k_len - it->q_len;
-    for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
+    const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap;
     const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     const int NC = Dp / CH;

@@ -188,10 +188,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
     float *alpha = tmp + Dp;             /* rg */
     const fp8tab tb = vt512_fp8_table(dt);
     for (int r = 0; r < rows; r++) {
-        int g = it->g + r / rg, lr = r % rg;
-        int h = g * G + lr % G;
-        const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok +
-                             (int64_t)h * p->q_stride_head;
+        const uint8_t *src = vt_attn_q_row(p, it, r, rg, G);
         vt_attn_load_q(p, src, tmp, D);
         float *qr = qp + (size_t)r * Dp;
         memset(qr, 0, (size_t)Dp * 4);
@@ -201,8 +198,7 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
         l[r] = 0.0f;
     }
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
-    const int64_t base = it->k_len - it->q_len;
-    for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
+    const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     const int NC = Dp / CH;
     int64_t ko[KB], vo[KB], kso[KB], vso[KB];

@@ -218,4 +218,19 @@ static inline void vt_attn_key_range(const vt_attn_params *p, int64_t pos, int64
     *hi = z > a ? z : a;
 }
 
+/* The visible key range [lo[qi], hi[qi]) of each query qi of the item; returns base = k_len - q_len (query qi
+ * sits at key position base + it->q0 + qi). */
+static inline int64_t vt_attn_item_ranges(const vt_attn_params *p, const vt_attn_item *it, int64_t *lo, int64_t *hi) {
+    const int64_t base = it->k_len - it->q_len;
+    for (int64_t qi = 0; qi < it->nq; qi++) vt_attn_key_range(p, base + it->q0 + qi, it->k_len, &lo[qi], &hi[qi]);
+    return base;
+}
+
+/* The q row of row r of an item whose KV-head groups hold rg rows each (query r % rg / G of the item, head
+ * offset r % rg % G in group it->g + r / rg). */
+static inline const uint8_t *vt_attn_q_row(const vt_attn_params *p, const vt_attn_item *it, int r, int rg, int G) {
+    const int g = it->g + r / rg, lr = r % rg, h = g * G + lr % G;
+    return (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok + (int64_t)h * p->q_stride_head;
+}
+
 #endif /* VTINFER_ATTN_INTERNAL_H */
