@@ -27,6 +27,26 @@ static PyObject *export_pin_new(KVCacheObject *self) {
     return cap;
 }
 
+/* A writable C-contiguous NumPy array of descr d (reference stolen) over the cache's bytes at data, holding an
+ * export pin on the cache for its lifetime. */
+static PyObject *pinned_view(KVCacheObject *self, PyArray_Descr *d, int nd, npy_intp *dims, void *data) {
+    PyObject *pin = export_pin_new(self);
+    if (!pin) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL, data, NPY_ARRAY_CARRAY, NULL);
+    if (!a) {
+        Py_DECREF(pin);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
 /* NumPy view of K (which 0) or V (1) of a layer: the layout's shape,
  * contiguous, writable, uint8 for fp8 (and for int4's packed codes, last dimension D / 2). */
 static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
@@ -49,22 +69,7 @@ static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
     case VT_DTYPE_BF16: d = st->descr_bf16; Py_INCREF(d); break;
     default: d = PyArray_DescrFromType(vt_dtype_get(g->dtype)->is_int ? NPY_INT8 : NPY_UINT8); break;
     }
-    PyObject *pin = export_pin_new(self);
-    if (!pin) {
-        Py_DECREF(d);
-        return NULL;
-    }
-    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, 4, dims, NULL, vt_kv_cache_layer_data(self->c, layer, which),
-                                       NPY_ARRAY_CARRAY, NULL);
-    if (!a) {
-        Py_DECREF(pin);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
+    return pinned_view(self, d, 4, dims, vt_kv_cache_layer_data(self->c, layer, which));
 }
 
 /* Zero-copy float32 [num_blocks, block_size, H_kv] view of a per-token-head layer's K/V scale plane. */
@@ -80,19 +85,7 @@ static PyObject *kv_scale_view(KVCacheObject *self, PyObject *layer_obj, int whi
         return NULL;
     }
     npy_intp dims[3] = {(npy_intp)g->num_blocks, (npy_intp)g->block_size, (npy_intp)g->num_kv_heads};
-    PyObject *pin = export_pin_new(self);
-    if (!pin) return NULL;
-    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(NPY_FLOAT32), 3, dims, NULL,
-                                       vt_kv_cache_scale_data(self->c, layer, which), NPY_ARRAY_CARRAY, NULL);
-    if (!a) {
-        Py_DECREF(pin);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)a, pin) < 0) { /* steals pin */
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
+    return pinned_view(self, PyArray_DescrFromType(NPY_FLOAT32), 3, dims, vt_kv_cache_scale_data(self->c, layer, which));
 }
 
 PyObject *vt_kv_k_scale_cache(PyObject *self, PyObject *layer) {
