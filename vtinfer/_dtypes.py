@@ -57,6 +57,10 @@ class DtypeInfo:
         The format family (one C file each): ``"plain"``, ``"fp8"``,
         ``"per_token_head"``, ``"int4_per_token_head"``, ``"turboquant"``,
         ``"ultraquant"``.
+    query_dtype : str
+        The dtype the read rounds the (rotated) query to before its dot
+        products: ``"fp8_e4m3"`` for ``ultraquant_4bit`` (vLLM's UltraQuant
+        read), ``"float32"`` (the query as given) for every other format.
     """
 
     id: int
@@ -79,6 +83,7 @@ class DtypeInfo:
     value_bits: int
     norm_correction: bool
     family: str
+    query_dtype: str
 
     @property
     def numpy_dtype(self) -> np.dtype:

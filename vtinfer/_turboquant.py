@@ -296,10 +296,8 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     qf = q.astype(np.float32)
     if info.key_bits != 8:  # keys in the rotated basis
         qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
-    if info.family == "ultraquant":
-        import ml_dtypes
-
-        qf = qf.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    if info.query_dtype != "float32":  # the format's query rounding (UltraQuant: e4m3fn), from its row
+        qf = qf.astype(dtype_info(info.query_dtype).numpy_dtype).astype(np.float32)
     res = flash_attn_varlen_func(
         qf, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k,
         block_table=np.where(read, np.searchsorted(used, bt), 0).astype(np.int32), softmax_scale=softmax_scale,

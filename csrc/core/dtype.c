@@ -89,7 +89,7 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
                           .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
                           .page_layout = VT_PAGE_SLOTS, .key_bits = 4, .value_bits = 4, .head_multiple = 32,
                           .head_max = VT_SLOT_MAX_D, .head_pow2 = 1, .family = "ultraquant",
-                          .slot = &vt_slot_ultraquant},
+                          .query_dtype = VT_DTYPE_FP8_E4M3, .slot = &vt_slot_ultraquant},
 };
 
 static long long pow2_divisor(long long d) { return d > 0 ? d & -d : 0; }

@@ -91,6 +91,8 @@ typedef struct vt_dtype_info {
                                 * Lloyd-Max indices of the rotated key */
     int value_bits;            /* TurboQuant: bits of a value code (3 or 4), else 0 */
     int norm_correction;       /* TurboQuant: the read renormalises the key's centroids (the _nc presets) */
+    vt_dtype query_dtype;      /* slot formats: the dtype the read rounds the (rotated) query to before its dots
+                                * (UltraQuant: FP8_E4M3); F32 (0, the default): the query as given, in float32 */
     /* The head sizes the format can take (vt_dtype_check_head_size states them in one message): */
     int head_multiple;         /* head_size % head_multiple == 0 (2: two codes per byte, or the slot's pairs) */
     long long head_max;        /* largest head_size, 0 for no limit (rows rotated whole on the stack) */
