@@ -61,6 +61,9 @@ class DtypeInfo:
         The dtype the read rounds the (rotated) query to before its dot
         products: ``"fp8_e4m3"`` for ``ultraquant_4bit`` (vLLM's UltraQuant
         read), ``"float32"`` (the query as given) for every other format.
+    needs_codebook : bool
+        Slot formats: the store and read index a Lloyd-Max codebook the caller
+        gives (TurboQuant's MSE key presets; the row's slot codec answers).
     """
 
     id: int
@@ -84,6 +87,7 @@ class DtypeInfo:
     norm_correction: bool
     family: str
     query_dtype: str
+    needs_codebook: bool
 
     @property
     def numpy_dtype(self) -> np.dtype:

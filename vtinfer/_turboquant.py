@@ -29,11 +29,6 @@ def _tq_info(kv_cache_dtype: Any, fn: str):
     return dtype_info(kv_cache_dtype)
 
 
-def _indexes_codebook(info) -> bool:
-    """TurboQuant's MSE key presets index a Lloyd-Max codebook (k8v4 and UltraQuant do not)."""
-    return info.family == "turboquant" and info.key_bits != 8
-
-
 def _head_size(head_size: Any, fn: str) -> int:
     """head_size as an int in [1, 65536] (NumPy integers accepted; bool and float refused)."""
     if isinstance(head_size, (bool, np.bool_)) or not hasattr(type(head_size), "__index__"):
@@ -110,7 +105,7 @@ def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray
     """The Lloyd-Max ``(centroids, midpoints)`` (float32, read-only) an MSE preset's keys index;
     ``turboquant_k8v4`` (fp8 keys) and ``ultraquant_4bit`` (FP4 codes) have none: ``(None, None)``."""
     info = _tq_info(kv_cache_dtype, "turboquant_codebook")
-    if not _indexes_codebook(info):
+    if not info.needs_codebook:
         return None, None  # type: ignore[return-value]
     return _lloyd_max(int(head_size), info.key_bits)
 
@@ -148,7 +143,7 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
     """
     info = _tq_info(kv_cache_dtype, "turboquant_store")
     mids = None
-    if _indexes_codebook(info):
+    if info.needs_codebook:
         D = getattr(key, "shape", (0,))[-1] if getattr(key, "ndim", 0) == 3 else 0
         if isinstance(D, int) and D > 0 and D % 2 == 0 and D & (D - 1) == 0 and D <= 4096:
             mids = _lloyd_max(D, info.key_bits)[1]
@@ -193,7 +188,7 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
     k = np.empty((n, H, head_size), np.float32)
     v = np.empty((n, H, head_size), np.float32)
     cen = None
-    if _indexes_codebook(info):
+    if info.needs_codebook:
         D = head_size
         cen = _lloyd_max(D, info.key_bits)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
             1 << info.key_bits, np.float32)

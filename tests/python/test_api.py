@@ -41,6 +41,8 @@ def test_dtype_lists_come_from_the_table():
     assert vt.FP8_DTYPES == ("fp8_e4m3", "fp8_e5m2")
     # the read's query rounding is a row field: vLLM's UltraQuant rounds the rotated query to e4m3fn
     assert {d.name: d.query_dtype for d in vt.DTYPES if d.query_dtype != "float32"} == {"ultraquant_4bit": "fp8_e4m3"}
+    # and whether a slot format indexes a codebook (TurboQuant's MSE key presets), from its slot codec
+    assert [d.name for d in vt.DTYPES if d.needs_codebook] == names[9:12]
     assert vt.dtype_info("fp8").name == "fp8_e4m3" and vt.dtype_info("half").name == "float16"
     assert vt.dtype_info("fp8_e4m3").numpy_dtype == np.dtype(ml_dtypes.float8_e4m3fn)
     # an fp8 page is exactly half a bfloat16 page: element bytes are linear
