@@ -264,7 +264,7 @@ T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const fl
 #define PV_DIRECT_ROWS 2
 
 #ifndef PF_BLOCKS
-#define PF_BLOCKS 16 /* prefetch distance in key blocks (of 8 keys) */
+#define PF_BLOCKS 8 /* prefetch distance in key blocks (of 8 keys), into L2 (measured: Results, AVX2 prefetch) */
 #endif
 
 /* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko / vo for heads [g, g + ng). */
@@ -275,8 +275,8 @@ static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t 
     for (int i = 0; i < n; i++)
         for (int gi = 0; gi < ng; gi++)
             for (int o = 0; o < row_bytes; o += 64) {
-                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, _MM_HINT_T0);
-                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, _MM_HINT_T0);
+                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, _MM_HINT_T1);
+                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, _MM_HINT_T1);
             }
 }
 
@@ -330,8 +330,8 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
             if (pth) {
                 vt_attn_scale_offsets(p, it->b, jp, nn, kso, vso);
                 for (int i = 0; i < nn; i++) {
-                    _mm_prefetch((const char *)p->k_scale_cache + kso[i] + (int64_t)it->g * p->ks_stride_head, _MM_HINT_T0);
-                    _mm_prefetch((const char *)p->v_scale_cache + vso[i] + (int64_t)it->g * p->vs_stride_head, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p->k_scale_cache + kso[i] + (int64_t)it->g * p->ks_stride_head, _MM_HINT_T1);
+                    _mm_prefetch((const char *)p->v_scale_cache + vso[i] + (int64_t)it->g * p->vs_stride_head, _MM_HINT_T1);
                 }
             }
         }
