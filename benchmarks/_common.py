@@ -50,3 +50,53 @@ def write_json(path: str | None, payload: dict) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=2, sort_keys=True)
     print(f"wrote {path}")
+
+
+GGML_HOWTO = ("--ggml takes a ggml source tree (its include/ holds ggml.h) and --ggml-lib the folder of its built "
+              "libggml.so / libggml-base.so / libggml-cpu.so, e.g. from the llama.cpp that the llama-cpp-python "
+              "sdist vendors: pip download llama-cpp-python --no-deps --no-binary :all:; "
+              "cmake -S vendor/llama.cpp/ggml -B build -DBUILD_SHARED_LIBS=ON [-DGGML_NATIVE=OFF -DGGML_AVX2=ON "
+              "-DGGML_FMA=ON -DGGML_F16C=ON for an AVX2 build]; make -C build ggml-cpu")
+
+
+def ggml_flash_attn(src: str, libdir: str):
+    """ggml's CPU flash attention through benchmarks/_ggml_fa.c, built here against the named ggml
+    (see GGML_HOWTO). Returns make(type, k, v, q, causal) -> run(threads) -> seconds, with k / v
+    [n_kv, H_kv, D] and q [n_q, H_q, D] float32 (type "f16", "q8_0" or "q4_0")."""
+    import ctypes
+    import subprocess
+    import tempfile
+
+    import numpy as np
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    so = os.path.join(tempfile.mkdtemp(), "ggml_fa.so")
+    subprocess.check_call(["cc", "-O2", "-shared", "-fPIC", "-o", so, os.path.join(here, "_ggml_fa.c"),
+                           "-I", os.path.join(src, "include"), "-L", libdir, "-lggml", "-lggml-base", "-lggml-cpu",
+                           f"-Wl,-rpath,{os.path.abspath(libdir)}", "-lm"])
+    lib = ctypes.CDLL(so)
+    lib.ggml_fa_new.restype = ctypes.c_void_p
+    lib.ggml_fa_new.argtypes = [ctypes.c_char_p] + [ctypes.c_long] * 5 + [ctypes.c_int] + [ctypes.c_void_p] * 3
+    lib.ggml_fa_run.restype = ctypes.c_double
+    lib.ggml_fa_run.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.ggml_fa_free.argtypes = [ctypes.c_void_p]
+    keep = []
+
+    def make(type_name: str, k, v, q, causal: bool = False):
+        k, v, q = (np.ascontiguousarray(x, np.float32) for x in (k, v, q))
+        n_kv, hkv, d = k.shape
+        n_q, hq, _ = q.shape
+        h = lib.ggml_fa_new(type_name.encode(), d, n_kv, hkv, hq // hkv, n_q, int(causal),
+                            k.ctypes.data, v.ctypes.data, q.ctypes.data)
+        if not h:
+            raise RuntimeError(f"ggml_fa_new failed for type {type_name!r}")
+        keep.append(h)
+
+        def run(threads: int) -> float:
+            ms = lib.ggml_fa_run(h, threads)
+            if ms < 0:
+                raise RuntimeError("ggml_graph_compute failed")
+            return ms * 1e-3
+        return run
+
+    return make

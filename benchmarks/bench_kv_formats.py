@@ -1,6 +1,7 @@
 """Decode speed of the per-token-head KV formats next to bfloat16 and per-tensor fp8, one run.
 
-python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--slots] [--out FILE]
+python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--slots]
+                                      [--ggml SRC --ggml-lib LIBDIR] [--out FILE]
 
 One query per KV-head group (decode) over a 32K-token sequence, H_kv 8,
 D 128, block_size 16, shuffled blocks, GQA 1/4/8, bf16 queries; the caches
@@ -11,7 +12,10 @@ filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
 every key). ``--slots`` adds the slot formats turboquant_k8v4 and
 ultraquant_4bit (vt.turboquant_store into one uint8 slot cache, read by
 vt.turboquant_attention: a dequantized float32 copy of the referenced blocks,
-then the float32 read). The --reps rounds are interleaved (every format and GQA once per
+then the float32 read). ``--ggml`` adds ggml's CPU flash attention
+(``ggml_flash_attn_ext``) over the same K / V values as f16, q8_0 and q4_0,
+contiguous (ggml has no pages), float32 queries, in the same rounds
+(_common.GGML_HOWTO says how to build one). The --reps rounds are interleaved (every format and GQA once per
 round) and the times are their best/median; ratios are taken within this
 run (the machine is shared: quote same-run ratios only, with the load).
 Benchmarks never assert.
@@ -28,10 +32,12 @@ import ml_dtypes
 import numpy as np
 
 import vtinfer as vt
+from _common import GGML_HOWTO, ggml_flash_attn
 
 DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 INT4 = "int4_per_token_head"
 SLOTS = ("turboquant_k8v4", "ultraquant_4bit")
+GGML_TYPES = ("f16", "q8_0", "q4_0")
 
 
 def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
@@ -66,6 +72,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-int4", action="store_true", help="leave out int4_per_token_head")
     ap.add_argument("--slots", action="store_true", help="add turboquant_k8v4 and ultraquant_4bit")
+    ap.add_argument("--ggml", default=None, help="a ggml source tree, for same-run ggml figures; " + GGML_HOWTO)
+    ap.add_argument("--ggml-lib", default=None, help="the folder of that ggml's built shared libraries")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     Hkv, D, BS = 8, 128, 16
@@ -79,6 +87,16 @@ def main() -> None:
     res: dict = {"ctx": a.ctx, "reps": a.reps, "uptime": os.getloadavg(), "isa": vt.build_info()["isa"], "ms": {}}
     readers = make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, perm[None, :], a.ctx, a.threads)
     qs = {G: rng.standard_normal((1, Hkv * G, D)).astype(ml_dtypes.bfloat16) for G in (1, 4, 8)}
+    nth = a.threads or len(os.sched_getaffinity(0))
+    if a.ggml:  # ggml reads the same values, contiguous, with float32 queries; one graph per (type, GQA)
+        make = ggml_flash_attn(a.ggml, a.ggml_lib or os.path.join(a.ggml, "build", "bin"))
+        kf, vf = k.astype(np.float32), v.astype(np.float32)
+        runs = {(t, G): make(t, kf, vf, q.astype(np.float32)) for t in GGML_TYPES for G, q in qs.items()}
+        del kf, vf
+        for t in GGML_TYPES:
+            readers[f"ggml_{t}"] = lambda q, t=t: runs[(t, q.shape[1] // Hkv)](nth)
+        dtypes = dtypes + tuple(f"ggml_{t}" for t in GGML_TYPES)
+        res["ggml"] = {"src": a.ggml, "lib": a.ggml_lib}
     ts: dict = {}
     for G, q in qs.items():  # warm-up: one call of each
         for dt in dtypes:
@@ -87,8 +105,9 @@ def main() -> None:
         for G, q in qs.items():
             for dt in dtypes:
                 t0 = time.perf_counter()
-                readers[dt](q)
-                ts.setdefault(f"{dt} GQA{G}", []).append(time.perf_counter() - t0)
+                t_own = readers[dt](q)  # ggml's readers time their graph compute themselves
+                t = t_own if isinstance(t_own, float) else time.perf_counter() - t0
+                ts.setdefault(f"{dt} GQA{G}", []).append(t)
     for name, t in ts.items():
         res["ms"][name] = {"best": 1e3 * min(t), "median": 1e3 * float(np.median(t))}
     res["uptime_after"] = os.getloadavg()
@@ -97,6 +116,12 @@ def main() -> None:
         for dt in dtypes[2:]:
             res.setdefault("ratios", {})[f"{dt} GQA{G}"] = {"speedup_vs_bf16": m["bfloat16"] / m[dt],
                                                             "speedup_vs_fp8": m["fp8_e4m3"] / m[dt]}
+        if a.ggml:  # the issue's ggml goals: vt bf16 / ggml f16 time, vt int4 / ggml q4_0 time
+            r = res.setdefault("vs_ggml", {})
+            r[f"GQA{G}"] = {"bf16_time_over_ggml_f16": m["bfloat16"] / m["ggml_f16"],
+                            "fp8_time_over_ggml_q8_0": m["fp8_e4m3"] / m["ggml_q8_0"],
+                            "int8_pth_time_over_ggml_q8_0": m.get("int8_per_token_head", float("nan")) / m["ggml_q8_0"],
+                            "int4_pth_time_over_ggml_q4_0": m.get(INT4, float("nan")) / m["ggml_q4_0"]}
     text = json.dumps(res, indent=1)
     print(text)
     if a.out:
