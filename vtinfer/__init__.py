@@ -28,7 +28,7 @@ from vtinfer._cache_ops import (
     merge_attn_states,
     swap_blocks,
 )
-from vtinfer._codec import convert, fp8_dequantize, fp8_quantize
+from vtinfer._codec import convert, fp8_dequantize, fp8_quantize, nvfp4_dequantize, nvfp4_quantize
 from vtinfer._dtypes import (
     DTYPES,
     FP8_DTYPES,
@@ -121,6 +121,8 @@ __all__ = [
     "flash_attn_varlen_func",
     "fp8_dequantize",
     "fp8_quantize",
+    "nvfp4_quantize",
+    "nvfp4_dequantize",
     "gather_and_maybe_dequant_cache",
     "mask_empty_context_lse",
     "merge_attn_states",

@@ -108,3 +108,57 @@ def convert(x: Any, dtype: Any, *, out: np.ndarray | None = None, num_threads: i
     ndarray of dtype, shape (...)
     """
     return _C.convert(x, dtype, out=out, num_threads=num_threads)
+
+
+@_framework.follows("x")
+def nvfp4_quantize(x: Any, scale: float = 1.0, *, four_over_six: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """NVFP4 codes and block scales of ``x``, as vLLM 0.33's ``nvfp4`` KV store writes them.
+
+    Groups of 16 consecutive elements along the last axis share one e4m3
+    block scale ``sf = e4m3(a / 6 / scale)`` (``a`` the group's largest
+    ``|x|``, NaN left out); each element becomes the FP4 E2M1 code (values
+    0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, round to nearest even,
+    saturating) of ``x * 1 / (sf * scale)``, two codes per byte, element
+    ``2j`` in the low nibble. ``scale`` is the checkpoint's ``k_scale`` /
+    ``v_scale`` (vLLM's global scale is its reciprocal). With
+    ``four_over_six`` (``nvfp4_4over6``) each group also tries ``a / 4`` and
+    keeps it when its squared reconstruction error is strictly smaller.
+    Every step is one float32 rounding; vLLM's CUDA kernel uses approximate
+    reciprocals (``rcp.approx``) where this uses divisions, so a value within
+    an ulp of a rounding boundary can get the neighbouring code there.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., n)
+        float32, float16 or bfloat16; ``n`` a multiple of 16.
+    scale : float
+        Positive finite (rounded to float32).
+    four_over_six : bool
+        The ``nvfp4_4over6`` scale choice.
+
+    Returns
+    -------
+    codes : ndarray of uint8, shape (..., n // 2)
+    block_scales : ndarray of uint8, shape (..., n // 16)
+        e4m3fn bytes (``.view(ml_dtypes.float8_e4m3fn)`` reads them).
+    """
+    return _C.nvfp4_quantize(x, scale, four_over_six=four_over_six)
+
+
+@_framework.follows("codes")
+def nvfp4_dequantize(codes: Any, block_scales: Any, scale: float = 1.0) -> np.ndarray:
+    """Decode NVFP4: ``E2M1 value * e4m3 block scale * scale`` in float32.
+
+    Parameters
+    ----------
+    codes : array_like of uint8, shape (..., n // 2)
+        Two codes per byte (element ``2j`` in the low nibble); ``n`` a multiple of 16.
+    block_scales : array_like of uint8 or float8_e4m3fn, shape (..., n // 16)
+    scale : float
+        The scale the codes were made with (positive finite).
+
+    Returns
+    -------
+    ndarray of float32, shape (..., n)
+    """
+    return _C.nvfp4_dequantize(codes, block_scales, scale)

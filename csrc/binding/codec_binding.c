@@ -3,6 +3,8 @@
  *   _C.fp8_quantize(x, scale=1.0, fmt="e4m3", *, out=None, num_threads=None) -> ndarray[uint8]
  *   _C.fp8_dequantize(codes, scale=1.0, fmt=None, dtype=None, *, out=None, num_threads=None) -> ndarray
  *   _C.convert(x, dtype, *, out=None, num_threads=None) -> ndarray
+ *   _C.nvfp4_quantize(x, scale=1.0, *, four_over_six=False) -> (codes uint8 [..., n / 2], block_scales uint8 [..., n / 16])
+ *   _C.nvfp4_dequantize(codes, block_scales, scale=1.0) -> float32 [..., 2 * codes.shape[-1]]
  */
 #include "vt_binding.h"
 #include "vt_signature.h"
@@ -14,6 +16,8 @@
 VT_SIGNATURE(quantize_sig, "fp8_quantize", VT_QUANTIZE_NPOS, VT_QUANTIZE_ARGS);
 VT_SIGNATURE(dequantize_sig, "fp8_dequantize", VT_DEQUANTIZE_NPOS, VT_DEQUANTIZE_ARGS);
 VT_SIGNATURE(convert_sig, "convert", VT_CONVERT_FLOAT_NPOS, VT_CONVERT_FLOAT_ARGS);
+VT_SIGNATURE(nvfp4_quantize_sig, "nvfp4_quantize", VT_NVFP4_QUANTIZE_NPOS, VT_NVFP4_QUANTIZE_ARGS);
+VT_SIGNATURE(nvfp4_dequantize_sig, "nvfp4_dequantize", VT_NVFP4_DEQUANTIZE_NPOS, VT_NVFP4_DEQUANTIZE_ARGS);
 
 /* The fp8 rows' short name (their first alias), "e4m3" for an unknown id: from the table. */
 static const char *short_name(int fmt) {
@@ -276,12 +280,127 @@ static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
     return finish(st, s, &err, &x, &out);
 }
 
-static char quantize_doc[512], dequantize_doc[512], convert_doc[512];
+/* A new C-contiguous array of like's shape with its last dimension `last`. */
+static PyArrayObject *new_last(const vt_tensor *like, int64_t last, int typenum) {
+    npy_intp dims[VT_MAX_DIMS];
+    for (int i = 0; i < like->ndim; i++) dims[i] = (npy_intp)like->shape[i];
+    dims[like->ndim - 1] = (npy_intp)last;
+    return (PyArrayObject *)PyArray_SimpleNew(like->ndim, dims, typenum);
+}
+
+/* An input array of at least one dimension whose last is a multiple of `mult`. */
+static int nvfp4_input(vt_module_state *st, PyObject *obj, const char *fn, const char *arg, unsigned mask, int64_t mult,
+                       const char *why, vt_tensor *t) {
+    if (vt_tensor_from_object(st, obj, fn, arg, 0, t) < 0) return -1;
+    if (vt_tensor_check(t, fn, arg, mask, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, t, fn, arg) < 0)
+        goto fail;
+    if (t->ndim < 1 || t->shape[t->ndim - 1] % mult) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have a last dimension that is a multiple of %lld (%s); got shape "
+                     "with last dimension %lld", fn, arg, (long long)mult, why,
+                     t->ndim < 1 ? -1LL : (long long)t->shape[t->ndim - 1]);
+        goto fail;
+    }
+    return 0;
+fail:
+    vt_tensor_release(t);
+    return -1;
+}
+
+static PyObject *py_nvfp4_quantize(PyObject *m, PyObject *args, PyObject *kw) {
+    static const char fn[] = "nvfp4_quantize";
+    vt_module_state *st = vt_state(m);
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&nvfp4_quantize_sig, args, kw, a) < 0) return NULL;
+    float scale;
+    if (parse_scale(a[1], fn, &scale) < 0) return NULL;
+    if (a[2] && !PyBool_Check(a[2])) {
+        PyErr_Format(PyExc_TypeError, "%s: four_over_six must be a bool; got %s", fn, Py_TYPE(a[2])->tp_name);
+        return NULL;
+    }
+    const int four = a[2] == Py_True;
+    vt_tensor x;
+    if (nvfp4_input(st, a[0], fn, "x", VT_ELEMS_FLOAT, 16, "one block scale per 16 elements", &x) < 0) return NULL;
+    const int64_t last = x.shape[x.ndim - 1];
+    int64_t n = vt_tensor_numel(&x, fn, "x");
+    PyArrayObject *codes = n < 0 ? NULL : new_last(&x, last / 2, NPY_UINT8);
+    PyArrayObject *scales = codes ? new_last(&x, last / 16, NPY_UINT8) : NULL;
+    if (!scales) {
+        Py_XDECREF(codes);
+        vt_tensor_release(&x);
+        return NULL;
+    }
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_nvfp4_quantize(x.data, (vt_dtype)x.elem, (size_t)n, scale, four, (uint8_t *)PyArray_DATA(codes),
+                          (uint8_t *)PyArray_DATA(scales), &err);
+    Py_END_ALLOW_THREADS
+    vt_tensor_release(&x);
+    if (s != VT_OK) {
+        Py_DECREF(codes);
+        Py_DECREF(scales);
+        return vt_raise(st, &err);
+    }
+    PyObject *r = PyTuple_Pack(2, (PyObject *)codes, (PyObject *)scales);
+    Py_DECREF(codes);
+    Py_DECREF(scales);
+    return r;
+}
+
+static PyObject *py_nvfp4_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
+    static const char fn[] = "nvfp4_dequantize";
+    vt_module_state *st = vt_state(m);
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&nvfp4_dequantize_sig, args, kw, a) < 0) return NULL;
+    float scale;
+    if (parse_scale(a[2], fn, &scale) < 0) return NULL;
+    vt_tensor c, b;
+    const unsigned u8 = VT_ELEM_BIT(VT_ELEM_U8), sc = VT_ELEM_BIT(VT_ELEM_U8) | VT_ELEM_BIT(VT_ELEM_E4M3);
+    if (nvfp4_input(st, a[0], fn, "codes", u8, 8, "two codes per byte, 16 per block scale", &c) < 0) return NULL;
+    if (nvfp4_input(st, a[1], fn, "block_scales", sc, 1, "e4m3 bytes", &b) < 0) {
+        vt_tensor_release(&c);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int same = b.ndim == c.ndim;
+    for (int i = 0; same && i < c.ndim - 1; i++) same = b.shape[i] == c.shape[i];
+    if (!same || b.shape[b.ndim - 1] * 8 != c.shape[c.ndim - 1]) {
+        PyErr_Format(PyExc_ValueError, "%s: block_scales must have codes' shape with the last dimension "
+                     "codes.shape[-1] / 8 = %lld (one e4m3 byte per 16 elements); got a last dimension of %lld and "
+                     "%d dimensions (codes: %d)", fn, (long long)(c.shape[c.ndim - 1] / 8),
+                     (long long)b.shape[b.ndim - 1], b.ndim, c.ndim);
+        goto done;
+    }
+    int64_t nb = vt_tensor_numel(&c, fn, "codes");
+    PyArrayObject *out = nb < 0 ? NULL : new_last(&c, 2 * c.shape[c.ndim - 1], NPY_FLOAT32);
+    if (!out) goto done;
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_nvfp4_dequantize((const uint8_t *)c.data, (const uint8_t *)b.data, 2 * (size_t)nb, scale,
+                            (float *)PyArray_DATA(out), &err);
+    Py_END_ALLOW_THREADS
+    if (s != VT_OK) {
+        Py_DECREF(out);
+        result = vt_raise(st, &err);
+    } else {
+        result = (PyObject *)out;
+    }
+done:
+    vt_tensor_release(&c);
+    vt_tensor_release(&b);
+    return result;
+}
+
+static char quantize_doc[512], dequantize_doc[512], convert_doc[512], nvfp4_q_doc[768], nvfp4_dq_doc[512];
 
 static PyMethodDef codec_methods[] = {
     {"fp8_quantize", (PyCFunction)(void (*)(void))py_fp8_quantize, METH_VARARGS | METH_KEYWORDS, quantize_doc},
     {"fp8_dequantize", (PyCFunction)(void (*)(void))py_fp8_dequantize, METH_VARARGS | METH_KEYWORDS, dequantize_doc},
     {"convert", (PyCFunction)(void (*)(void))py_convert, METH_VARARGS | METH_KEYWORDS, convert_doc},
+    {"nvfp4_quantize", (PyCFunction)(void (*)(void))py_nvfp4_quantize, METH_VARARGS | METH_KEYWORDS, nvfp4_q_doc},
+    {"nvfp4_dequantize", (PyCFunction)(void (*)(void))py_nvfp4_dequantize, METH_VARARGS | METH_KEYWORDS,
+     nvfp4_dq_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -293,5 +412,10 @@ int vt_codec_exec(PyObject *m, vt_module_state *st) {
                      sizeof dequantize_doc);
     vt_signature_doc(&convert_sig, "Convert between float32, float16 and bfloat16 (round to nearest even).",
                      convert_doc, sizeof convert_doc);
+    vt_signature_doc(&nvfp4_quantize_sig, "NVFP4 codes (two FP4 E2M1 per byte) and e4m3 block scales (one per 16 "
+                     "elements) of x with global scale 1 / scale, as vLLM's nvfp4 / nvfp4_4over6 KV store.",
+                     nvfp4_q_doc, sizeof nvfp4_q_doc);
+    vt_signature_doc(&nvfp4_dequantize_sig, "Decode NVFP4 codes: E2M1 value * e4m3 block scale * scale, float32.",
+                     nvfp4_dq_doc, sizeof nvfp4_dq_doc);
     return PyModule_AddFunctions(m, codec_methods);
 }

@@ -153,6 +153,17 @@
     X(out, "None")                                                                                                   \
     X(num_threads, "None")
 
+#define VT_NVFP4_QUANTIZE_NPOS 2
+#define VT_NVFP4_QUANTIZE_ARGS(X)                                                                                    \
+    X(x, NULL)                                                                                                       \
+    X(scale, "1.0")                                                                                                  \
+    X(four_over_six, "False")
+#define VT_NVFP4_DEQUANTIZE_NPOS 3
+#define VT_NVFP4_DEQUANTIZE_ARGS(X)                                                                                  \
+    X(codes, NULL)                                                                                                   \
+    X(block_scales, NULL)                                                                                            \
+    X(scale, "1.0")
+
 /* The slot formats' store and read (csrc/binding/tq_binding.c). */
 #define VT_SLOT_STORE_NPOS 6
 #define VT_SLOT_STORE_ARGS(X)                                                                                        \

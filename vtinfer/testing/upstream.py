@@ -59,6 +59,7 @@ F_TQ_CONFIG = "vllm/model_executor/layers/quantization/turboquant/config.py"
 F_TQ_CENTROIDS = "vllm/model_executor/layers/quantization/turboquant/centroids.py"
 F_UQ_FORMAT = "vllm/v1/attention/ops/ultraquant/format.py"
 F_UQ_REFERENCE = "vllm/v1/attention/ops/ultraquant/reference.py"
+F_NVFP4_EMULATION = "vllm/model_executor/layers/quantization/utils/nvfp4_emulation_utils.py"
 F_UQ_STORE = "vllm/v1/attention/ops/ultraquant/triton_store.py"
 
 

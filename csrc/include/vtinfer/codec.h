@@ -72,6 +72,30 @@ typedef struct vt_codec_kernels {
 /* Kernels of the active ISA. Never NULL. */
 VT_API const vt_codec_kernels *vt_codec_active(void);
 
+
+/* ---- NVFP4 (vLLM 0.33's nvfp4 / nvfp4_4over6 KV-cache encoding, its SM100 store kernel) ----
+ * Groups of 16 consecutive elements. Per group, with a = max |x| over the group's non-NaN elements
+ * (NaN never enters it; +-inf does), gs = 1 / scale and d = 6 (nvfp4) in float32:
+ *   sf = e4m3(gs * (a * (1 / d)))          round to nearest even, saturating at 448 (vt_fp8_e4m3_from_f32)
+ *   m  = sf != 0 ? 1 / (sf * (1 / gs)) : 0  (every step one float32 rounding)
+ *   code of x = E2M1 round-to-nearest-even of x * m, saturating at 6: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6
+ *   at indices 0-7, bit 3 the sign of x * m (so -0 and small negatives keep it); a NaN element gives 0x7.
+ * four_over_six (nvfp4_4over6): both d = 6 and d = 4 are tried and d = 4 is kept when its squared error
+ * sum((q_i * (1 / m) - x_i)^2) (q_i the E2M1 value of x_i * m; m == 0: sum(x_i^2)), summed in float32 over
+ * element pairs (e += dx * dx + dy * dy, unfused), is strictly below d = 6's.
+ * Codes are packed two per byte, element 2j in the low nibble; one scale byte (e4m3fn) per group.
+ * Read: (E2M1 value * float(sf)) * scale in float32 (the product of the first two is exact). */
+/* src [n] of src_dtype (F32, F16, BF16), n a multiple of 16; codes [n / 2], block_scales [n / 16];
+ * scale finite and > 0 (the checkpoint's k_scale / v_scale). Nothing is written on error. */
+VT_API vt_status vt_nvfp4_quantize(const void *src, vt_dtype src_dtype, size_t n, float scale, int four_over_six,
+                                   uint8_t *codes, uint8_t *block_scales, vt_error *err);
+/* codes [n / 2], block_scales [n / 16] -> dst [n] float32; n a multiple of 16; scale finite and > 0. */
+VT_API vt_status vt_nvfp4_dequantize(const uint8_t *codes, const uint8_t *block_scales, size_t n, float scale,
+                                     float *dst, vt_error *err);
+/* One group: x[16] float32 -> codes[8], *sf_byte (the rule above). */
+VT_API void vt_nvfp4_quantize_group(const float *x, float scale, int four_over_six, uint8_t *codes,
+                                    uint8_t *sf_byte);
+
 #ifdef __cplusplus
 }
 #endif
