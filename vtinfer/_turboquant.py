@@ -214,6 +214,32 @@ def hadamard(head_size: int) -> np.ndarray:
     return (h / np.float32(math.sqrt(head_size))).astype(np.float32)
 
 
+def referenced_blocks(block_table: Any, seqused_k: Any, num_blocks: int, block_size: int, fn: str
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The block table as int32, which of its entries attention reads (the first
+    ``ceil(seqused_k[b] / block_size)`` of row b: only those must name a block, as
+    flash_attn_varlen_func requires; vLLM pads the rest with -1 or stale ids), and the sorted
+    distinct blocks they name. IndexError (naming the entry) when a read entry is out of range."""
+    bt = np.asarray(block_table)
+    if bt.ndim != 2 or bt.dtype != np.int32:
+        raise ValueError(f"{fn}: block_table must be int32 [batch, max_blocks]; got {bt.dtype} "
+                         f"with {bt.ndim} dimensions")
+    sk = np.asarray(seqused_k.detach().cpu() if hasattr(seqused_k, "detach") else seqused_k)
+    read = np.zeros(bt.shape, bool)
+    if sk.ndim == 1 and sk.dtype == np.int32 and len(sk) <= bt.shape[0] and block_size > 0:
+        need = np.clip((sk.astype(np.int64) + block_size - 1) // block_size, 0, bt.shape[1])
+        read[: len(sk)] = np.arange(bt.shape[1]) < need[:, None]
+    else:
+        read[...] = True  # flash_attn_varlen_func refuses the seqused_k; every entry is checked meanwhile
+    bad = read & ((bt < 0) | (bt >= num_blocks))
+    if bad.any():
+        b, j = (int(i) for i in np.argwhere(bad)[0])
+        raise IndexError(f"{fn}: block_table[{b}, {j}] must be in [0, {num_blocks}) (a block the "
+                         f"sequence's seqused_k reads); got {bt[b, j]}")
+    used = np.unique(bt[read]) if read.any() else np.zeros(1, np.int32)
+    return bt, read, used
+
+
 def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k: Any, block_table: Any,
                          kv_cache_dtype: str, softmax_scale: float | None = None, causal: bool = True,
                          window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
@@ -265,25 +291,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
         raise ValueError(f"turboquant_attention: kv_cache must have shape [num_blocks, block_size, H_kv, slot_bytes]; "
                          f"got {len(shape)} dimensions")
     bs = int(shape[1])
-    bt = np.asarray(block_table)
-    if bt.ndim != 2 or bt.dtype != np.int32:
-        raise ValueError(f"turboquant_attention: block_table must be int32 [batch, max_blocks]; got {bt.dtype} "
-                         f"with {bt.ndim} dimensions")
-    # Only the entries attention reads (the first ceil(seqused_k[b] / block_size) of row b) must name a block,
-    # as flash_attn_varlen_func requires; the others (vLLM pads with -1 or stale ids) are never read.
-    sk = np.asarray(seqused_k.detach().cpu() if hasattr(seqused_k, "detach") else seqused_k)
-    read = np.zeros(bt.shape, bool)
-    if sk.ndim == 1 and sk.dtype == np.int32 and len(sk) <= bt.shape[0] and bs > 0:
-        need = np.clip((sk.astype(np.int64) + bs - 1) // bs, 0, bt.shape[1])
-        read[: len(sk)] = np.arange(bt.shape[1]) < need[:, None]
-    else:
-        read[...] = True  # flash_attn_varlen_func refuses the seqused_k; every entry is checked meanwhile
-    bad = read & ((bt < 0) | (bt >= shape[0]))
-    if bad.any():
-        b, j = (int(i) for i in np.argwhere(bad)[0])
-        raise IndexError(f"turboquant_attention: block_table[{b}, {j}] must be in [0, {shape[0]}) (a block the "
-                         f"sequence's seqused_k reads); got {bt[b, j]}")
-    used = np.unique(bt[read]) if read.any() else np.zeros(1, np.int32)
+    bt, read, used = referenced_blocks(block_table, seqused_k, int(shape[0]), bs, "turboquant_attention")
     slots = (used.astype(np.int64)[:, None] * bs + np.arange(bs, dtype=np.int64)).reshape(-1)
     k, v = turboquant_gather(kv_cache, slots, kv_cache_dtype, D, num_threads=num_threads)
     k = k.reshape(len(used), bs, -1, D)
