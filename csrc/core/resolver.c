@@ -34,10 +34,10 @@ static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
                             "over the whole head, " OCTAVE_CODES},
     {"ultraquant_4bit", NULL},
     {"int4_per_token_head", NULL}, {"int8_per_token_head", NULL}, {"fp8_per_token_head", NULL},
-    {"nvfp4", "NVFP4 (FP4 E2M1 codes, e4m3 scales per 16 elements and a global scale; FlashInfer's compiled store "
-              "on a GPU)"},
-    {"nvfp4_4over6", "NVFP4 with a max/6 or max/4 scale per 16 elements chosen by least squared error (FlashInfer's "
-                     "compiled store on a GPU)"},
+    {"nvfp4", "NVFP4 (FP4 E2M1 codes, e4m3 scales per 16 elements, a global scale; stored on vLLM's pages by the "
+              "functional forms)"},
+    {"nvfp4_4over6", "NVFP4 with a max/6 or max/4 scale per 16 elements chosen by least squared error (on vLLM's "
+                     "pages by the functional forms)"},
 };
 #undef OCTAVE_CODES
 #define N_VLLM_DTYPES (sizeof vllm_kv_cache_dtypes / sizeof vllm_kv_cache_dtypes[0])

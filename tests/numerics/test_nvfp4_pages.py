@@ -164,3 +164,29 @@ def test_overlapping_sides_are_refused():
     with pytest.raises(ValueError, match="overlap"):
         vt.reshape_and_cache_flash(np.ones((1, 2, 128), np.float32), np.ones((1, 2, 128), np.float32), kc, kc,
                                    np.zeros(1, np.int64), "nvfp4", 1.0, 1.0)
+
+
+def test_torch_ops_store_and_read_nvfp4():
+    torch = pytest.importorskip("torch")
+    import vtinfer.torch  # noqa: F401  (registers torch.ops.vtinfer)
+
+    nb, bs, H, D = 4, 16, 2, 128
+    kv = torch.zeros((nb, 2 * H, bs, D // 2 + D // 16), dtype=torch.uint8)
+    kc, vc = kv.transpose(1, 2).split(H, dim=-2)
+    g = torch.Generator().manual_seed(0)
+    key, value = (torch.randn(40, H, D, generator=g, dtype=torch.bfloat16) for _ in range(2))
+    slots = torch.randperm(nb * bs, generator=g)[:40].to(torch.int64)
+    ks, vs = torch.tensor([0.03]), torch.tensor([0.04])
+    torch.ops.vtinfer.reshape_and_cache_flash(key, value, kc, vc, slots, "nvfp4", ks, vs)
+    kv2 = torch.zeros_like(kv)
+    kc2, vc2 = kv2.transpose(1, 2).split(H, dim=-2)
+    vt.reshape_and_cache_flash(key, value, kc2, vc2, slots, "nvfp4", ks, vs)
+    assert torch.equal(kv, kv2)
+    q = torch.randn(1, 2 * H, D, generator=g)
+    bt = torch.arange(nb, dtype=torch.int32)[None]
+    args = (q, kc, vc, torch.tensor([0, 1], dtype=torch.int32), torch.tensor([nb * bs], dtype=torch.int32), bt)
+    out, _ = torch.ops.vtinfer.flash_attn_varlen_func(*args, kv_cache_dtype="nvfp4", k_descale=ks, v_descale=vs)
+    ref = vt.flash_attn_varlen_func(q.numpy(), kc.numpy(), vc.numpy(), cu_seqlens_q=args[3].numpy(),
+                                    seqused_k=args[4].numpy(), block_table=bt.numpy(), kv_cache_dtype="nvfp4",
+                                    k_descale=0.03, v_descale=0.04)
+    np.testing.assert_array_equal(out.numpy(), ref)
