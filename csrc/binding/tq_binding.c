@@ -2,12 +2,16 @@
  *
  *   _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints) -> None
  *   _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out, num_threads=None) -> None
+ *   _C.nvfp4_store(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, four_over_six=False) -> None
+ *   _C.nvfp4_read_pages(key_cache, value_cache, blocks, k_scale, v_scale, num_threads=None) -> (k, v)
  *
  * The codebook arrays come from vtinfer/_turboquant.py (the public wrappers). Every argument is
  * checked here and again in the core before a byte is written. */
 #include "vt_binding.h"
+#include "vt_cacheops.h"
 #include "vt_store_args.h"
 #include "vt_signature.h"
+#include "vtinfer/codec.h"
 #include "vtinfer/turboquant.h"
 
 #include <stdio.h>
@@ -15,6 +19,8 @@
 
 VT_SIGNATURE(slot_store_sig, "turboquant_store", VT_SLOT_STORE_NPOS, VT_SLOT_STORE_ARGS);
 VT_SIGNATURE(slot_gather_sig, "turboquant_gather", VT_SLOT_GATHER_NPOS, VT_SLOT_GATHER_ARGS);
+VT_SIGNATURE(nvfp4_store_sig, "nvfp4_store", VT_NVFP4_STORE_NPOS, VT_NVFP4_STORE_ARGS);
+VT_SIGNATURE(nvfp4_read_sig, "nvfp4_read_pages", VT_NVFP4_READ_NPOS, VT_NVFP4_READ_ARGS);
 
 #define NPIN 7
 
@@ -249,11 +255,174 @@ fail:
     return NULL;
 }
 
-static char store_doc[512], gather_doc[512];
+/* vLLM's two NVFP4 side views [num_blocks, block_size, H_kv, D / 2 + D / 16] uint8: the same shape and
+ * strides, dense sides (HND or NHD strides), the two sides disjoint. */
+static int nvfp4_pages_of(tq_call *c, const vt_tensor *kc, const vt_tensor *vc, vt_nvfp4_pages *out) {
+    for (int w = 0; w < 2; w++) {
+        const vt_tensor *t = w ? vc : kc;
+        const char *arg = w ? "value_cache" : "key_cache";
+        if (check_rank(c, t, arg, 4, "[num_blocks, block_size, num_kv_heads, head_size / 2 + head_size / 16]") < 0 ||
+            check_elem(c, t, arg, VT_ELEM_BIT(VT_ELEM_U8), "uint8") < 0)
+            return -1;
+    }
+    const int64_t nb = kc->shape[0], bs = kc->shape[1], H = kc->shape[2], full = kc->shape[3];
+    if (full <= 0 || full % 9) {
+        PyErr_Format(PyExc_ValueError, "%s: key_cache's last dimension must be D / 2 + D / 16 for a head size D that "
+                     "is a multiple of 16; got %lld", c->fn, (long long)full);
+        return -1;
+    }
+    const int64_t *st = kc->strides;
+    const int hnd = st[1] == full && st[2] == bs * full;
+    if (st[3] != 1 || !(hnd || (st[1] == H * full && st[2] == full))) {
+        PyErr_Format(PyExc_ValueError, "%s: key_cache must be a dense NVFP4 side (HND strides (page, %lld, %lld, 1) or "
+                     "NHD (page, %lld, %lld, 1)); got (%lld, %lld, %lld, %lld)", c->fn, (long long)full,
+                     (long long)(bs * full), (long long)(H * full), (long long)full, (long long)st[0],
+                     (long long)st[1], (long long)st[2], (long long)st[3]);
+        return -1;
+    }
+    for (int i = 0; i < 4; i++)
+        if (vc->shape[i] != kc->shape[i] || vc->strides[i] != kc->strides[i]) {
+            PyErr_Format(PyExc_ValueError, "%s: value_cache must have key_cache's shape and strides (the two sides of "
+                         "one NVFP4 cache); dimension %d differs", c->fn, i);
+            return -1;
+        }
+    const int64_t side = H * bs * full, page = st[0];
+    const int64_t dist = (int64_t)((const uint8_t *)vc->data - (const uint8_t *)kc->data);
+    if (nb > 0) {
+        int64_t d = nb > 1 && page > 0 ? ((dist % page) + page) % page : (dist < 0 ? -dist : dist);
+        if ((nb > 1 && (page <= 0 || d < side || d > page - side)) || (nb <= 1 && d < side)) {
+            PyErr_Format(PyExc_ValueError, "%s: key_cache and value_cache overlap (their %lld-byte sides must be "
+                         "disjoint)", c->fn, (long long)side);
+            return -1;
+        }
+    }
+    memset(out, 0, sizeof *out);
+    out->k = kc->data, out->v = vc->data, out->page_stride = page, out->num_blocks = nb, out->block_size = bs;
+    out->num_kv_heads = H, out->head_size = full / 9 * 16, out->hnd = hnd;
+    return 0;
+}
+
+static PyObject *py_nvfp4_store(PyObject *m, PyObject *args, PyObject *kw) {
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&nvfp4_store_sig, args, kw, a) < 0) return NULL;
+    tq_call c;
+    memset(&c, 0, sizeof c);
+    c.fn = "reshape_and_cache_flash";
+    c.st = vt_state(m);
+    float ks, vs;
+    if (vt_co_parse_scale(a[5], c.fn, "k_scale", &ks) < 0 || vt_co_parse_scale(a[6], c.fn, "v_scale", &vs) < 0)
+        return NULL;
+    if (a[7] && !PyBool_Check(a[7])) {
+        PyErr_Format(PyExc_TypeError, "%s: four_over_six must be a bool; got %s", c.fn, Py_TYPE(a[7])->tp_name);
+        return NULL;
+    }
+    vt_tensor *k, *v, *kc, *vc, *sm;
+    vt_nvfp4_pages pages;
+    const int flags = VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT;
+    if (!(k = pin(&c, a[0], "key", 0)) || !(v = pin(&c, a[1], "value", 0)) ||
+        !(kc = pin(&c, a[2], "key_cache", flags)) || !(vc = pin(&c, a[3], "value_cache", flags)) ||
+        !(sm = pin(&c, a[4], "slot_mapping", 0)))
+        goto fail;
+    if (check_rank(&c, k, "key", 3, "[num_tokens, num_kv_heads, head_size]") < 0 ||
+        check_elem(&c, k, "key", VT_ELEMS_FLOAT, "float32, float16 or bfloat16") < 0 ||
+        nvfp4_pages_of(&c, kc, vc, &pages) < 0)
+        goto fail;
+    if (v->ndim != 3 || v->elem != k->elem || memcmp(v->shape, k->shape, 3 * sizeof k->shape[0]) ||
+        !vt_tensor_last_dim_contiguous(k) || !vt_tensor_last_dim_contiguous(v)) {
+        PyErr_Format(PyExc_ValueError, "%s: value must have key's shape and dtype, both with a contiguous last "
+                     "dimension", c.fn);
+        goto fail;
+    }
+    if (k->shape[1] != pages.num_kv_heads || k->shape[2] != pages.head_size) {
+        PyErr_Format(PyExc_ValueError, "%s: key is [%lld, %lld, %lld], key_cache's pages hold %lld KV heads of head "
+                     "size %lld", c.fn, (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2],
+                     (long long)pages.num_kv_heads, (long long)pages.head_size);
+        goto fail;
+    }
+    if (check_rank(&c, sm, "slot_mapping", 1, "[n]") < 0 ||
+        check_elem(&c, sm, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 ||
+        check_contiguous(&c, sm, "slot_mapping") < 0)
+        goto fail;
+    if (sm->shape[0] > k->shape[0]) {
+        PyErr_Format(PyExc_ValueError, "%s: slot_mapping must have at most num_tokens = %lld entries; got %lld", c.fn,
+                     (long long)k->shape[0], (long long)sm->shape[0]);
+        goto fail;
+    }
+    const vt_tensor *ins[3] = {k, v, sm};
+    for (int i = 0; i < 3; i++)
+        if (vt_tensor_share_elements(kc, ins[i]) || vt_tensor_share_elements(vc, ins[i])) {
+            PyErr_Format(PyExc_ValueError, "%s: the caches must not share memory with the inputs", c.fn);
+            goto fail;
+        }
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_nvfp4_store(&pages, (int)k->elem, k->data, k->strides[0], k->strides[1], v->data, v->strides[0],
+                       v->strides[1], sm->data, sm->shape[0], ks, vs, a[7] == Py_True, &err);
+    Py_END_ALLOW_THREADS
+    if (status_ok(&c, s, &err) < 0) goto fail;
+    release(&c);
+    Py_RETURN_NONE;
+fail:
+    release(&c);
+    return NULL;
+}
+
+static PyObject *py_nvfp4_read(PyObject *m, PyObject *args, PyObject *kw) {
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&nvfp4_read_sig, args, kw, a) < 0) return NULL;
+    tq_call c;
+    memset(&c, 0, sizeof c);
+    c.fn = "flash_attn_varlen_func";
+    c.st = vt_state(m);
+    float ks, vs;
+    const int nth = vt_num_threads_arg(vt_arg_or_none(a[5]), c.fn);
+    if (nth < 0 || vt_co_parse_scale(a[3], c.fn, "k_descale", &ks) < 0 ||
+        vt_co_parse_scale(a[4], c.fn, "v_descale", &vs) < 0)
+        return NULL;
+    vt_tensor *kc, *vc, *bl;
+    vt_nvfp4_pages pages;
+    if (!(kc = pin(&c, a[0], "k", VT_TENSOR_NO_CONVERT)) || !(vc = pin(&c, a[1], "v", VT_TENSOR_NO_CONVERT)) ||
+        !(bl = pin(&c, a[2], "blocks", 0)) || nvfp4_pages_of(&c, kc, vc, &pages) < 0)
+        goto fail;
+    if (check_rank(&c, bl, "blocks", 1, "[n]") < 0 || check_elem(&c, bl, "blocks", VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 ||
+        check_contiguous(&c, bl, "blocks") < 0)
+        goto fail;
+    npy_intp dims[4] = {(npy_intp)bl->shape[0], (npy_intp)pages.block_size, (npy_intp)pages.num_kv_heads,
+                        (npy_intp)pages.head_size};
+    PyArrayObject *ko = (PyArrayObject *)PyArray_SimpleNew(4, dims, NPY_FLOAT32);
+    PyArrayObject *vo = ko ? (PyArrayObject *)PyArray_SimpleNew(4, dims, NPY_FLOAT32) : NULL;
+    if (!vo) {
+        Py_XDECREF(ko);
+        goto fail;
+    }
+    vt_error err;
+    vt_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = vt_nvfp4_read_pages(&pages, bl->data, bl->shape[0], ks, vs, PyArray_DATA(ko), PyArray_DATA(vo), nth, &err);
+    Py_END_ALLOW_THREADS
+    release(&c);
+    if (s != VT_OK) {
+        Py_DECREF(ko);
+        Py_DECREF(vo);
+        return vt_raise(c.st, &err);
+    }
+    PyObject *r = PyTuple_Pack(2, (PyObject *)ko, (PyObject *)vo);
+    Py_DECREF(ko);
+    Py_DECREF(vo);
+    return r;
+fail:
+    release(&c);
+    return NULL;
+}
+
+static char store_doc[512], gather_doc[512], nvfp4_store_doc[512], nvfp4_read_doc[512];
 
 static PyMethodDef tq_functions[] = {
     {"turboquant_store", (PyCFunction)(void (*)(void))py_tq_store, METH_VARARGS | METH_KEYWORDS, store_doc},
     {"turboquant_gather", (PyCFunction)(void (*)(void))py_tq_gather, METH_VARARGS | METH_KEYWORDS, gather_doc},
+    {"nvfp4_store", (PyCFunction)(void (*)(void))py_nvfp4_store, METH_VARARGS | METH_KEYWORDS, nvfp4_store_doc},
+    {"nvfp4_read_pages", (PyCFunction)(void (*)(void))py_nvfp4_read, METH_VARARGS | METH_KEYWORDS, nvfp4_read_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -263,5 +432,9 @@ int vt_tq_exec(PyObject *m, vt_module_state *st) {
                      sizeof store_doc);
     vt_signature_doc(&slot_gather_sig, "The dequantized read of slot-format slots (see vtinfer.turboquant_gather).",
                      gather_doc, sizeof gather_doc);
+    vt_signature_doc(&nvfp4_store_sig, "Store into vLLM's NVFP4 pages (see vtinfer.reshape_and_cache_flash).",
+                     nvfp4_store_doc, sizeof nvfp4_store_doc);
+    vt_signature_doc(&nvfp4_read_sig, "K and V of whole NVFP4 pages, dequantized to float32 [n, block_size, H_kv, D].",
+                     nvfp4_read_doc, sizeof nvfp4_read_doc);
     return PyModule_AddFunctions(m, tq_functions);
 }

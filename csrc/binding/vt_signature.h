@@ -164,6 +164,26 @@
     X(block_scales, NULL)                                                                                            \
     X(scale, "1.0")
 
+/* vLLM's NVFP4 pages (csrc/binding/tq_binding.c). */
+#define VT_NVFP4_STORE_NPOS 7
+#define VT_NVFP4_STORE_ARGS(X)                                                                                       \
+    X(key, NULL)                                                                                                     \
+    X(value, NULL)                                                                                                   \
+    X(key_cache, NULL)                                                                                               \
+    X(value_cache, NULL)                                                                                             \
+    X(slot_mapping, NULL)                                                                                            \
+    X(k_scale, NULL)                                                                                                 \
+    X(v_scale, NULL)                                                                                                 \
+    X(four_over_six, "False")
+#define VT_NVFP4_READ_NPOS 5
+#define VT_NVFP4_READ_ARGS(X)                                                                                        \
+    X(key_cache, NULL)                                                                                               \
+    X(value_cache, NULL)                                                                                             \
+    X(blocks, NULL)                                                                                                  \
+    X(k_scale, NULL)                                                                                                 \
+    X(v_scale, NULL)                                                                                                 \
+    X(num_threads, "None")
+
 /* The slot formats' store and read (csrc/binding/tq_binding.c). */
 #define VT_SLOT_STORE_NPOS 6
 #define VT_SLOT_STORE_ARGS(X)                                                                                        \

@@ -135,3 +135,161 @@ vt_status vt_nvfp4_dequantize(const uint8_t *codes, const uint8_t *block_scales,
     }
     return VT_OK;
 }
+
+/* ---- vLLM's NVFP4 pages ---- */
+
+static vt_status check_pages(const vt_nvfp4_pages *c, const char *fn, vt_error *err) {
+    if (!c || !c->k || !c->v)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: the pages and both sides must be non-NULL", fn);
+    const int64_t d = c->head_size, bs = c->block_size, h = c->num_kv_heads;
+    if (d < 64 || d % 64 || d > 65536 || bs < 4 || bs % 4 || bs > 65536 || h < 1 || h > 65536 || c->num_blocks < 0)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: NVFP4 pages need a head size that is a multiple of 64, a block "
+                            "size that is a multiple of 4 (the V scales' 4-token swizzle) and at least one KV head; "
+                            "got head size %lld, block size %lld, %lld heads", fn, (long long)d, (long long)bs,
+                            (long long)h);
+    const int64_t side = h * bs * (d / 2 + d / 16);
+    if (c->num_blocks > 1 && c->page_stride < side)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: the page stride %lld is below one side's %lld bytes", fn,
+                            (long long)c->page_stride, (long long)side);
+    return VT_OK;
+}
+
+/* Byte offsets inside a side: the codes row and the scale byte of (token t, head h, scale column s). */
+static int64_t code_off(const vt_nvfp4_pages *c, int64_t t, int64_t h) {
+    const int64_t row = c->head_size / 2;
+    return c->hnd ? (h * c->block_size + t) * row : (t * c->num_kv_heads + h) * row;
+}
+
+static int64_t scale_off(const vt_nvfp4_pages *c, int64_t t, int64_t h, int64_t s, int swizzled) {
+    const int64_t S = c->head_size / 16, g = S / 4;
+    int64_t tt = t, ss = s;
+    if (swizzled) tt = (t / 4) * 4 + s / g, ss = (s % g) * 4 + t % 4;
+    const int64_t base = c->num_kv_heads * c->block_size * (c->head_size / 2);
+    return base + (c->hnd ? (h * c->block_size + tt) * S : (tt * c->num_kv_heads + h) * S) + ss;
+}
+
+static void load_row(const uint8_t *p, int src_dtype, int64_t d, float *x) {
+    for (int64_t i = 0; i < d; i++) {
+        if (src_dtype == VT_DTYPE_F32) {
+            memcpy(&x[i], p + 4 * i, 4);
+        } else {
+            uint16_t u;
+            memcpy(&u, p + 2 * i, 2);
+            x[i] = src_dtype == VT_DTYPE_F16 ? vt_f16_to_f32(u) : vt_bf16_to_f32(u);
+        }
+    }
+}
+
+vt_status vt_nvfp4_store(const vt_nvfp4_pages *c, int src_dtype, const void *key, int64_t key_stride_token,
+                         int64_t key_stride_head, const void *value, int64_t value_stride_token,
+                         int64_t value_stride_head, const int64_t *slot_mapping, int64_t num_tokens, float k_scale,
+                         float v_scale, int four_over_six, vt_error *err) {
+    static const char fn[] = "nvfp4_store";
+    vt_error_clear(err);
+    vt_status s = check_pages(c, fn, err);
+    if (s != VT_OK) return s;
+    if (src_dtype != VT_DTYPE_F32 && src_dtype != VT_DTYPE_F16 && src_dtype != VT_DTYPE_BF16)
+        return vt_error_set(err, VT_ERR_TYPE, "%s: key and value must be float32, float16 or bfloat16; got dtype id "
+                            "%d", fn, src_dtype);
+    if (num_tokens < 0 || (num_tokens > 0 && (!key || !value || !slot_mapping)))
+        return vt_error_set(err, VT_ERR_VALUE, "%s: key, value and slot_mapping must be given for %lld tokens", fn,
+                            (long long)num_tokens);
+    for (int kv = 0; kv < 2; kv++) {
+        const float sc = kv ? v_scale : k_scale;
+        if (!(sc > 0.0f) || isinf(sc))
+            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g", fn,
+                                kv ? "v_scale" : "k_scale", (double)sc);
+    }
+    const int64_t limit = c->num_blocks * c->block_size;
+    for (int64_t t = 0; t < num_tokens; t++)
+        if (slot_mapping[t] >= limit)
+            return vt_error_set(err, VT_ERR_INDEX, "%s: slot_mapping[%lld] must be < num_blocks * block_size = %lld; "
+                                "got %lld", fn, (long long)t, (long long)limit, (long long)slot_mapping[t]);
+    const int64_t d = c->head_size, S = d / 16;
+    const size_t esz = src_dtype == VT_DTYPE_F32 ? 4 : 2;
+    float x[NV_GROUP];
+    for (int64_t t = 0; t < num_tokens; t++) { /* in token order: the last duplicate wins */
+        const int64_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        const int64_t b = slot / c->block_size, pos = slot % c->block_size;
+        for (int kv = 0; kv < 2; kv++) {
+            uint8_t *side = (kv ? c->v : c->k) + b * c->page_stride;
+            const uint8_t *src = (const uint8_t *)(kv ? value : key) + t * (kv ? value_stride_token : key_stride_token);
+            const int64_t hs = kv ? value_stride_head : key_stride_head;
+            for (int64_t h = 0; h < c->num_kv_heads; h++) {
+                uint8_t *codes = side + code_off(c, pos, h);
+                for (int64_t g = 0; g < S; g++) {
+                    load_row(src + h * hs + (size_t)(g * NV_GROUP) * esz, src_dtype, NV_GROUP, x);
+                    vt_nvfp4_quantize_group(x, kv ? v_scale : k_scale, four_over_six, codes + g * (NV_GROUP / 2),
+                                            side + scale_off(c, pos, h, g, kv));
+                }
+            }
+        }
+    }
+    return VT_OK;
+}
+
+typedef struct {
+    const vt_nvfp4_pages *c;
+    const int64_t *blocks;
+    int64_t n;
+    float k_scale, v_scale;
+    float *k_out, *v_out;
+    float pair[256][2]; /* the two E2M1 values of each code byte, low nibble first */
+} read_job;
+
+static void read_task(void *ctx, int ith, int nth) {
+    const read_job *j = ctx;
+    const vt_nvfp4_pages *c = j->c;
+    const int64_t d = c->head_size, S = d / 16, H = c->num_kv_heads, bs = c->block_size;
+    size_t lo, hi;
+    vt_split_range((size_t)j->n, 1, ith, nth, &lo, &hi);
+    for (int64_t i = (int64_t)lo; i < (int64_t)hi; i++)
+        for (int kv = 0; kv < 2; kv++) {
+            const uint8_t *side = (kv ? c->v : c->k) + j->blocks[i] * c->page_stride;
+            const float sc = kv ? j->v_scale : j->k_scale;
+            float *out = (kv ? j->v_out : j->k_out) + i * bs * H * d;
+            for (int64_t t = 0; t < bs; t++)
+                for (int64_t h = 0; h < H; h++) {
+                    const uint8_t *codes = side + code_off(c, t, h);
+                    float *o = out + (t * H + h) * d;
+                    for (int64_t g = 0; g < S; g++) {
+                        const float f = vt_fp8_e4m3_to_f32(side[scale_off(c, t, h, g, kv)]);
+                        const uint8_t *cg = codes + g * (NV_GROUP / 2);
+                        float *og = o + g * NV_GROUP;
+                        for (int e = 0; e < NV_GROUP / 2; e++) { /* (E2M1 * sf) is exact, then one rounding */
+                            og[2 * e] = j->pair[cg[e]][0] * f * sc;
+                            og[2 * e + 1] = j->pair[cg[e]][1] * f * sc;
+                        }
+                    }
+                }
+        }
+}
+
+vt_status vt_nvfp4_read_pages(const vt_nvfp4_pages *c, const int64_t *blocks, int64_t n, float k_scale,
+                              float v_scale, float *k_out, float *v_out, int num_threads, vt_error *err) {
+    static const char fn[] = "nvfp4_read_pages";
+    vt_error_clear(err);
+    vt_status s = check_pages(c, fn, err);
+    if (s != VT_OK) return s;
+    if (n < 0 || (n > 0 && (!blocks || !k_out || !v_out)))
+        return vt_error_set(err, VT_ERR_VALUE, "%s: blocks and both outputs must be given for %lld blocks", fn,
+                            (long long)n);
+    for (int kv = 0; kv < 2; kv++) {
+        const float sc = kv ? v_scale : k_scale;
+        if (!(sc > 0.0f) || isinf(sc))
+            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g", fn,
+                                kv ? "v_scale" : "k_scale", (double)sc);
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (blocks[i] < 0 || blocks[i] >= c->num_blocks)
+            return vt_error_set(err, VT_ERR_INDEX, "%s: blocks[%lld] must be in [0, %lld); got %lld", fn,
+                                (long long)i, (long long)c->num_blocks, (long long)blocks[i]);
+    read_job job = {.c = c, .blocks = blocks, .n = n, .k_scale = k_scale, .v_scale = v_scale, .k_out = k_out,
+                    .v_out = v_out};
+    for (unsigned b = 0; b < 256; b++) job.pair[b][0] = e2m1_value(b & 0xFu), job.pair[b][1] = e2m1_value(b >> 4);
+    int nth = num_threads < 1 ? 1 : (num_threads > VT_MAX_THREADS ? VT_MAX_THREADS : num_threads);
+    if (nth > n) nth = n < 1 ? 1 : (int)n;
+    vt_parallel_for(read_task, &job, nth);
+    return VT_OK;
+}

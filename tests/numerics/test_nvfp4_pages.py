@@ -135,7 +135,7 @@ def _bad(**over):
     (dict(key_cache=np.zeros((2, 16, 2, 70), np.uint8)), ValueError, ["key_cache", "D / 2 + D / 16", "70"]),
     (dict(key_cache=np.zeros((2, 16, 2, 72), np.uint8)[:, :, :, :]), ValueError, ["value_cache", "strides"]),
     (dict(key=np.ones((4, 2, 64), np.float32), value=np.ones((4, 2, 64), np.float32)), ValueError,
-     ["head size 64"]),
+     ["key is [4, 2, 64]", "head size 128"]),
     (dict(k_scale_cache=np.zeros((2, 16, 2), np.float32)), ValueError, ["k_scale_cache", "None"]),
     (dict(layout="HND"), ValueError, ["layout", "None"]),
 ])

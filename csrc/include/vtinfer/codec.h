@@ -96,6 +96,31 @@ VT_API vt_status vt_nvfp4_dequantize(const uint8_t *codes, const uint8_t *block_
 VT_API void vt_nvfp4_quantize_group(const float *x, float scale, int four_over_six, uint8_t *codes,
                                     uint8_t *sf_byte);
 
+
+/* vLLM's NVFP4 pages: per block [K data | K scales | V data | V scales], each side
+ * num_kv_heads * block_size * (D / 2 + D / 16) dense bytes, codes then e4m3 scales, head-major (hnd = 1:
+ * head stride block_size * row, token stride row) or token-major (hnd = 0: token stride num_kv_heads * row,
+ * head stride row) with row = D / 2 for codes and D / 16 for scales. K scales are linear; V scale s of
+ * token t sits at row 4 * (t / 4) + s / (S / 4), column (s % (S / 4)) * 4 + t % 4 of its head's
+ * [block_size, S] scale matrix (S = D / 16; the SM100 store's swizzle). */
+typedef struct vt_nvfp4_pages {
+    uint8_t *k, *v;        /* block 0's K side and V side; the read only reads */
+    int64_t page_stride;   /* bytes from one block's side to the next's */
+    int64_t num_blocks, block_size, num_kv_heads, head_size;
+    int hnd;
+} vt_nvfp4_pages;
+/* key / value [num_tokens, num_kv_heads, D] of src_dtype (F32, F16, BF16), last dimension contiguous,
+ * token / head strides in bytes; slot_mapping[t] < 0 skips token t, the last duplicate wins. Every slot
+ * is checked before anything is written. */
+VT_API vt_status vt_nvfp4_store(const vt_nvfp4_pages *c, int src_dtype, const void *key, int64_t key_stride_token,
+                                int64_t key_stride_head, const void *value, int64_t value_stride_token,
+                                int64_t value_stride_head, const int64_t *slot_mapping, int64_t num_tokens,
+                                float k_scale, float v_scale, int four_over_six, vt_error *err);
+/* K and V of blocks[0..n) dequantized: k_out, v_out float32 [n, block_size, num_kv_heads, D], C-contiguous,
+ * on num_threads threads. Every block must be in [0, num_blocks). */
+VT_API vt_status vt_nvfp4_read_pages(const vt_nvfp4_pages *c, const int64_t *blocks, int64_t n, float k_scale,
+                                     float v_scale, float *k_out, float *v_out, int num_threads, vt_error *err);
+
 #ifdef __cplusplus
 }
 #endif
