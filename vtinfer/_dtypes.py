@@ -106,6 +106,10 @@ TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.family ==
 SLOT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
 #: vLLM 0.33's ``--kv-cache-dtype`` values (``CacheDType``), in vLLM's order.
 VLLM_KV_CACHE_DTYPES: tuple[str, ...] = _C.vllm_kv_cache_dtypes()
+#: vLLM's NVFP4 page formats, stored through the functional forms on vLLM's page views (not in PagedKVCache);
+#: nvfp4_ds_mla, an MLA latent entry, is not one of them.
+NVFP4_DTYPES: tuple[str, ...] = tuple(n for n in VLLM_KV_CACHE_DTYPES if n.startswith("nvfp4")
+                                      and not n.endswith("_ds_mla"))
 
 
 def _not_stored_reason(name: str, what: str) -> str:

@@ -24,12 +24,9 @@ from typing import Any
 import numpy as np
 
 from vtinfer import _C
-from vtinfer._dtypes import VLLM_KV_CACHE_DTYPES
+from vtinfer._dtypes import NVFP4_DTYPES
 from vtinfer._tq_ops import _refuse_given, as_numpy
 
-#: vLLM's NVFP4 page formats (nvfp4_ds_mla, its MLA latent entry, is not a per-head page).
-NVFP4_DTYPES: tuple[str, ...] = tuple(n for n in VLLM_KV_CACHE_DTYPES if n.startswith("nvfp4")
-                                      and not n.endswith("_ds_mla"))
 
 
 def is_nvfp4(kv_cache_dtype: Any) -> bool:

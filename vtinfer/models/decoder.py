@@ -386,6 +386,23 @@ class Session:
             self._tq = {i: np.zeros((num_blocks, block_size, c.num_kv_heads, slot), np.uint8)
                         for i in range(c.num_layers) if i not in skip}
             kv_cache_dtype = "float32"
+        # NVFP4 (nvfp4, nvfp4_4over6): vLLM's [K data | K scales | V data | V scales] pages per layer, through
+        # vt.reshape_and_cache_flash / flash_attn_varlen_func on their side views; the global scales are the
+        # session's k_scale / v_scale (vLLM's default 1.0), one per tensor
+        self.nvfp4 = kv_cache_dtype if kv_cache_dtype in vt.NVFP4_DTYPES else None
+        self._nv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if self.nvfp4:
+            self._nv_scales = tuple(1.0 if s is None else float(np.asarray(s, np.float32).reshape(-1)[0])
+                                    for s in (k_scale, v_scale))
+            for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+                if s is not None and np.asarray(s).size != 1:
+                    raise ValueError(f"Session: {name} must be one number for kv_cache_dtype '{self.nvfp4}' (NVFP4's "
+                                     f"global scale is per tensor); got {np.asarray(s).size} values")
+            full, Hk = c.head_dim // 2 + c.head_dim // 16, c.num_kv_heads
+            for i in range(c.num_layers):
+                sides = np.zeros((num_blocks, 2 * Hk, block_size, full), np.uint8).transpose(0, 2, 1, 3)
+                self._nv[i] = (sides[:, :, :Hk], sides[:, :, Hk:])
+            kv_cache_dtype, k_scale, v_scale = "float32", 1.0, 1.0
         self.cache = vt.PagedKVCache(num_layers=c.num_layers, num_blocks=num_blocks, block_size=block_size,
                                      num_kv_heads=c.num_kv_heads, head_size=c.head_dim, dtype=kv_cache_dtype,
                                      k_scale=k_scale, v_scale=v_scale)
@@ -506,6 +523,13 @@ class Session:
                     o = vt.turboquant_attention(q, self._tq[i], cu_seqlens_q=cu, seqused_k=used, block_table=table,
                                                 kv_cache_dtype=self.turboquant, softmax_scale=D ** -0.5,
                                                 causal=True, window_size=self._window, num_threads=self.num_threads)
+            elif i in self._nv:
+                (kc, vc), (ks, vs) = self._nv[i], self._nv_scales
+                vt.reshape_and_cache_flash(k, v, kc, vc, slots, self.nvfp4, ks, vs)
+                o = vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=cu, seqused_k=used, block_table=table,
+                                              softmax_scale=D ** -0.5, causal=True, window_size=self._window,
+                                              k_descale=ks, v_descale=vs, kv_cache_dtype=self.nvfp4,
+                                              num_threads=self.num_threads)
             else:
                 self.cache.store(i, k, v, slots, num_threads=self.num_threads)
                 kd, vd = self._descale[i]
