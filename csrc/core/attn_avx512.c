@@ -88,7 +88,7 @@ T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float
     }
 }
 
-T static void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
+T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
                        const uint8_t *const *kp, int nk, float *S) {
     switch (R) {
     case 1: qk_rows(1, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
@@ -145,7 +145,7 @@ T static AI void pv_direct(const int NC2, vt_dtype dt, const fp8tab *tb, float *
     for (int v = 0; v < 2 * NC2; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
 }
 
-T static void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
+T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
                             const uint8_t *const *vp, int D, int esz, int nk) {
     switch (NC) {
     case 1: pv_direct(1, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
@@ -167,16 +167,16 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 32) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
-T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                           float *acc) {
+/* The tile of one format: dt (the codes' decoder) and pth are constants in each instance below, so the
+ * decode branches of dec32 / qk_group / pv_row_direct fold away. */
+T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
+                      float *m, float *l, float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
     /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
      * K scale into its logit and its V scale into its weight. */
-    const int pth = vt_dtype_per_token_head(p->kv_dtype);
-    const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
     _Alignas(64) float kscale[KB], vscale[KB];
     float *qp = work;                    /* rows * Dp, permuted */
@@ -262,6 +262,34 @@ T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, floa
     }
     for (int r = 0; r < rows; r++)
         for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
+}
+
+#define VT_AVX512_TILE(name, dt, pth)                                                                        \
+    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
+                       float *acc) {                                                                             \
+        tile(dt, pth, p, it, work, m, l, acc);                                                                   \
+    }
+VT_AVX512_TILE(tile_f32, VT_DTYPE_F32, 0)
+VT_AVX512_TILE(tile_f16, VT_DTYPE_F16, 0)
+VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16, 0)
+VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
+VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
+VT_AVX512_TILE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
+VT_AVX512_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+
+/* The element formats' family tile on AVX-512: the instance of p's format (its decoder and scale kind), chosen
+ * once per item. */
+T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                           float *acc) {
+    const int pth = vt_dtype_per_token_head(p->kv_dtype);
+    switch (vt_dtype_decoder(p->kv_dtype)) {
+    case VT_DTYPE_F32: tile_f32(p, it, work, m, l, acc); break;
+    case VT_DTYPE_F16: tile_f16(p, it, work, m, l, acc); break;
+    case VT_DTYPE_BF16: tile_bf16(p, it, work, m, l, acc); break;
+    case VT_DTYPE_FP8_E5M2: tile_e5m2(p, it, work, m, l, acc); break;
+    case VT_DTYPE_INT8_PTH: tile_int8_pth(p, it, work, m, l, acc); break;
+    default: (pth ? tile_fp8_pth : tile_e4m3)(p, it, work, m, l, acc); break; /* e4m3 codes */
+    }
 }
 
 #endif /* VT_X86 */
