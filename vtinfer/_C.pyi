@@ -89,6 +89,13 @@ def turboquant_gather(
     kv_cache: Any, slots: Any, kv_cache_dtype: str, centroids: Any, k_out: np.ndarray, v_out: np.ndarray, *,
     num_threads: int | None = None,
 ) -> None: ...
+def nvfp4_store(
+    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, k_scale: float, v_scale: float, *,
+    four_over_six: bool = False,
+) -> None: ...
+def nvfp4_read_pages(
+    key_cache: Any, value_cache: Any, blocks: Any, k_scale: float, v_scale: float, *, num_threads: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]: ...
 def reshape_and_cache_flash(
     key: Any,
     value: Any,
