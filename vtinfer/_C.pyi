@@ -91,7 +91,7 @@ def turboquant_gather(
 ) -> None: ...
 def nvfp4_store(
     key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, k_scale: float, v_scale: float, *,
-    four_over_six: bool = False,
+    four_over_six: bool = False, num_threads: int | None = None,
 ) -> None: ...
 def nvfp4_read_pages(
     key_cache: Any, value_cache: Any, blocks: Any, k_scale: float, v_scale: float, *, num_threads: int | None = None,

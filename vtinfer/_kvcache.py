@@ -391,7 +391,7 @@ def reshape_and_cache_flash(
     """
     if _nvfp4.is_nvfp4(kv_cache_dtype):
         _nvfp4.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
-                     layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+                     layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, num_threads=num_threads)
         return
     if _tq_ops.is_turboquant(kv_cache_dtype):
         _tq_ops.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,

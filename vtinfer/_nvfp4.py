@@ -44,7 +44,8 @@ def _scale(x: Any, fn: str, name: str) -> float:
 
 
 def store(key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_cache_dtype: str,
-          k_scale: Any, v_scale: Any, *, layout: str | None, k_scale_cache: Any, v_scale_cache: Any) -> None:
+          k_scale: Any, v_scale: Any, *, layout: str | None, k_scale_cache: Any, v_scale_cache: Any,
+          num_threads: int | None = None) -> None:
     """``reshape_and_cache_flash`` for an NVFP4 ``kv_cache_dtype`` (see the module docstring)."""
     fn = "reshape_and_cache_flash"
     _refuse_given(fn, kv_cache_dtype, "NVFP4 keeps its block scales inside each page",
@@ -53,7 +54,8 @@ def store(key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: 
         raise ValueError(f"{fn}: layout must be None for kv_cache_dtype '{kv_cache_dtype}' (the views' strides say "
                          f"HND or NHD); got {layout!r}")
     _C.nvfp4_store(key, value, key_cache, value_cache, slot_mapping, _scale(k_scale, fn, "k_scale"),
-                   _scale(v_scale, fn, "v_scale"), four_over_six=kv_cache_dtype.endswith("4over6"))
+                   _scale(v_scale, fn, "v_scale"), four_over_six=kv_cache_dtype.endswith("4over6"),
+                   num_threads=num_threads)
 
 
 def read_blocks(key_cache: Any, value_cache: Any, blocks: Any, k_scale: Any, v_scale: Any, *,

@@ -316,6 +316,8 @@ static PyObject *py_nvfp4_store(PyObject *m, PyObject *args, PyObject *kw) {
         PyErr_Format(PyExc_TypeError, "%s: four_over_six must be a bool; got %s", c.fn, Py_TYPE(a[7])->tp_name);
         return NULL;
     }
+    const int nth = vt_num_threads_arg(vt_arg_or_none(a[8]), c.fn);
+    if (nth < 0) return NULL;
     vt_tensor *k, *v, *kc, *vc, *sm;
     vt_nvfp4_pages pages;
     const int flags = VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT;
@@ -358,7 +360,7 @@ static PyObject *py_nvfp4_store(PyObject *m, PyObject *args, PyObject *kw) {
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
     s = vt_nvfp4_store(&pages, (int)k->elem, k->data, k->strides[0], k->strides[1], v->data, v->strides[0],
-                       v->strides[1], sm->data, sm->shape[0], ks, vs, a[7] == Py_True, &err);
+                       v->strides[1], sm->data, sm->shape[0], ks, vs, a[7] == Py_True, nth, &err);
     Py_END_ALLOW_THREADS
     if (status_ok(&c, s, &err) < 0) goto fail;
     release(&c);

@@ -174,7 +174,8 @@
     X(slot_mapping, NULL)                                                                                            \
     X(k_scale, NULL)                                                                                                 \
     X(v_scale, NULL)                                                                                                 \
-    X(four_over_six, "False")
+    X(four_over_six, "False")                                                                                        \
+    X(num_threads, "None")
 #define VT_NVFP4_READ_NPOS 5
 #define VT_NVFP4_READ_ARGS(X)                                                                                        \
     X(key_cache, NULL)                                                                                               \

@@ -180,10 +180,49 @@ static void load_row(const uint8_t *p, int src_dtype, int64_t d, float *x) {
     }
 }
 
+typedef struct {
+    const vt_nvfp4_pages *c;
+    int src_dtype, four_over_six;
+    const uint8_t *src[2];
+    int64_t stride_token[2], stride_head[2];
+    const int64_t *slots;
+    int64_t num_tokens;
+    float scale[2];
+} store_job;
+
+/* Units (side, head) split across the threads; each unit walks the tokens in order, so the last of two
+ * tokens with one slot wins whatever the thread count. */
+static void store_task(void *ctx, int ith, int nth) {
+    const store_job *j = ctx;
+    const vt_nvfp4_pages *c = j->c;
+    const int64_t H = c->num_kv_heads, S = c->head_size / 16;
+    const size_t esz = j->src_dtype == VT_DTYPE_F32 ? 4 : 2;
+    size_t lo, hi;
+    vt_split_range((size_t)(2 * H), 1, ith, nth, &lo, &hi);
+    float x[NV_GROUP];
+    for (int64_t u = (int64_t)lo; u < (int64_t)hi; u++) {
+        const int kv = (int)(u / H);
+        const int64_t h = u % H;
+        for (int64_t t = 0; t < j->num_tokens; t++) { /* in token order: the last duplicate wins */
+            const int64_t slot = j->slots[t];
+            if (slot < 0) continue;
+            const int64_t b = slot / c->block_size, pos = slot % c->block_size;
+            uint8_t *side = (kv ? c->v : c->k) + b * c->page_stride;
+            const uint8_t *src = j->src[kv] + t * j->stride_token[kv] + h * j->stride_head[kv];
+            uint8_t *codes = side + code_off(c, pos, h);
+            for (int64_t g = 0; g < S; g++) {
+                load_row(src + (size_t)(g * NV_GROUP) * esz, j->src_dtype, NV_GROUP, x);
+                vt_nvfp4_quantize_group(x, j->scale[kv], j->four_over_six, codes + g * (NV_GROUP / 2),
+                                        side + scale_off(c, pos, h, g, kv));
+            }
+        }
+    }
+}
+
 vt_status vt_nvfp4_store(const vt_nvfp4_pages *c, int src_dtype, const void *key, int64_t key_stride_token,
                          int64_t key_stride_head, const void *value, int64_t value_stride_token,
                          int64_t value_stride_head, const int64_t *slot_mapping, int64_t num_tokens, float k_scale,
-                         float v_scale, int four_over_six, vt_error *err) {
+                         float v_scale, int four_over_six, int num_threads, vt_error *err) {
     static const char fn[] = "nvfp4_store";
     vt_error_clear(err);
     vt_status s = check_pages(c, fn, err);
@@ -205,27 +244,15 @@ vt_status vt_nvfp4_store(const vt_nvfp4_pages *c, int src_dtype, const void *key
         if (slot_mapping[t] >= limit)
             return vt_error_set(err, VT_ERR_INDEX, "%s: slot_mapping[%lld] must be < num_blocks * block_size = %lld; "
                                 "got %lld", fn, (long long)t, (long long)limit, (long long)slot_mapping[t]);
-    const int64_t d = c->head_size, S = d / 16;
-    const size_t esz = src_dtype == VT_DTYPE_F32 ? 4 : 2;
-    float x[NV_GROUP];
-    for (int64_t t = 0; t < num_tokens; t++) { /* in token order: the last duplicate wins */
-        const int64_t slot = slot_mapping[t];
-        if (slot < 0) continue;
-        const int64_t b = slot / c->block_size, pos = slot % c->block_size;
-        for (int kv = 0; kv < 2; kv++) {
-            uint8_t *side = (kv ? c->v : c->k) + b * c->page_stride;
-            const uint8_t *src = (const uint8_t *)(kv ? value : key) + t * (kv ? value_stride_token : key_stride_token);
-            const int64_t hs = kv ? value_stride_head : key_stride_head;
-            for (int64_t h = 0; h < c->num_kv_heads; h++) {
-                uint8_t *codes = side + code_off(c, pos, h);
-                for (int64_t g = 0; g < S; g++) {
-                    load_row(src + h * hs + (size_t)(g * NV_GROUP) * esz, src_dtype, NV_GROUP, x);
-                    vt_nvfp4_quantize_group(x, kv ? v_scale : k_scale, four_over_six, codes + g * (NV_GROUP / 2),
-                                            side + scale_off(c, pos, h, g, kv));
-                }
-            }
-        }
-    }
+    store_job job = {.c = c, .src_dtype = src_dtype, .four_over_six = four_over_six,
+                     .src = {(const uint8_t *)key, (const uint8_t *)value},
+                     .stride_token = {key_stride_token, value_stride_token},
+                     .stride_head = {key_stride_head, value_stride_head}, .slots = slot_mapping,
+                     .num_tokens = num_tokens, .scale = {k_scale, v_scale}};
+    int nth = num_threads < 1 ? 1 : (num_threads > VT_MAX_THREADS ? VT_MAX_THREADS : num_threads);
+    if (nth > 2 * c->num_kv_heads) nth = (int)(2 * c->num_kv_heads);
+    if (num_tokens * c->num_kv_heads < 64) nth = 1; /* a decode step: not worth waking the pool */
+    vt_parallel_for(store_task, &job, nth);
     return VT_OK;
 }
 

@@ -72,7 +72,7 @@ static void test_pages(int hnd) {
                         .num_kv_heads = H, .head_size = D, .hnd = hnd};
     vt_error err;
     CHECK(vt_nvfp4_store(&p, VT_DTYPE_F32, key, (int64_t)sizeof key[0], (int64_t)sizeof key[0][0], value,
-                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], slots, 5, 0.5f, 2.0f, 0, &err) == VT_OK,
+                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], slots, 5, 0.5f, 2.0f, 0, 2, &err) == VT_OK,
           "store: %s", err.message);
     const int S = D / 16, g4 = S / 4;
     for (int t = 0; t < 5; t++) {
@@ -112,15 +112,15 @@ static void test_pages(int hnd) {
     memcpy(before, cache, NB * PAGE);
     const int64_t bad_slots[2] = {1, NB * BS};
     CHECK(vt_nvfp4_store(&p, VT_DTYPE_F32, key, (int64_t)sizeof key[0], (int64_t)sizeof key[0][0], value,
-                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], bad_slots, 2, 0.5f, 2.0f, 0,
+                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], bad_slots, 2, 0.5f, 2.0f, 0, 2,
                          &err) == VT_ERR_INDEX, "a slot past the cache is refused");
     CHECK(vt_nvfp4_store(&p, VT_DTYPE_F32, key, (int64_t)sizeof key[0], (int64_t)sizeof key[0][0], value,
-                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], slots, 5, 0.0f, 2.0f, 0,
+                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], slots, 5, 0.0f, 2.0f, 0, 1,
                          &err) == VT_ERR_VALUE, "k_scale 0 is refused");
     vt_nvfp4_pages odd = p;
     odd.block_size = 6;
     CHECK(vt_nvfp4_store(&odd, VT_DTYPE_F32, key, (int64_t)sizeof key[0], (int64_t)sizeof key[0][0], value,
-                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], slots, 5, 0.5f, 2.0f, 0,
+                         (int64_t)sizeof value[0], (int64_t)sizeof value[0][0], slots, 5, 0.5f, 2.0f, 0, 1,
                          &err) == VT_ERR_VALUE, "block size 6 is refused");
     odd = p;
     odd.head_size = 32;

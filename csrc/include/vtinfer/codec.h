@@ -111,11 +111,11 @@ typedef struct vt_nvfp4_pages {
 } vt_nvfp4_pages;
 /* key / value [num_tokens, num_kv_heads, D] of src_dtype (F32, F16, BF16), last dimension contiguous,
  * token / head strides in bytes; slot_mapping[t] < 0 skips token t, the last duplicate wins. Every slot
- * is checked before anything is written. */
+ * is checked before anything is written; (side, head) pairs split across num_threads threads. */
 VT_API vt_status vt_nvfp4_store(const vt_nvfp4_pages *c, int src_dtype, const void *key, int64_t key_stride_token,
                                 int64_t key_stride_head, const void *value, int64_t value_stride_token,
                                 int64_t value_stride_head, const int64_t *slot_mapping, int64_t num_tokens,
-                                float k_scale, float v_scale, int four_over_six, vt_error *err);
+                                float k_scale, float v_scale, int four_over_six, int num_threads, vt_error *err);
 /* K and V of blocks[0..n) dequantized: k_out, v_out float32 [n, block_size, num_kv_heads, D], C-contiguous,
  * on num_threads threads. Every block must be in [0, num_blocks). */
 VT_API vt_status vt_nvfp4_read_pages(const vt_nvfp4_pages *c, const int64_t *blocks, int64_t n, float k_scale,
