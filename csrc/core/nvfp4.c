@@ -154,6 +154,16 @@ static vt_status check_pages(const vt_nvfp4_pages *c, const char *fn, vt_error *
     return VT_OK;
 }
 
+static vt_status check_scales(const char *fn, float k_scale, float v_scale, vt_error *err) {
+    for (int kv = 0; kv < 2; kv++) {
+        const float sc = kv ? v_scale : k_scale;
+        if (!(sc > 0.0f) || isinf(sc))
+            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g", fn,
+                                kv ? "v_scale" : "k_scale", (double)sc);
+    }
+    return VT_OK;
+}
+
 /* Byte offsets inside a side: the codes row and the scale byte of (token t, head h, scale column s). */
 static int64_t code_off(const vt_nvfp4_pages *c, int64_t t, int64_t h) {
     const int64_t row = c->head_size / 2;
@@ -233,12 +243,7 @@ vt_status vt_nvfp4_store(const vt_nvfp4_pages *c, int src_dtype, const void *key
     if (num_tokens < 0 || (num_tokens > 0 && (!key || !value || !slot_mapping)))
         return vt_error_set(err, VT_ERR_VALUE, "%s: key, value and slot_mapping must be given for %lld tokens", fn,
                             (long long)num_tokens);
-    for (int kv = 0; kv < 2; kv++) {
-        const float sc = kv ? v_scale : k_scale;
-        if (!(sc > 0.0f) || isinf(sc))
-            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g", fn,
-                                kv ? "v_scale" : "k_scale", (double)sc);
-    }
+    if ((s = check_scales(fn, k_scale, v_scale, err)) != VT_OK) return s;
     const int64_t limit = c->num_blocks * c->block_size;
     for (int64_t t = 0; t < num_tokens; t++)
         if (slot_mapping[t] >= limit)
@@ -302,12 +307,7 @@ vt_status vt_nvfp4_read_pages(const vt_nvfp4_pages *c, const int64_t *blocks, in
     if (n < 0 || (n > 0 && (!blocks || !k_out || !v_out)))
         return vt_error_set(err, VT_ERR_VALUE, "%s: blocks and both outputs must be given for %lld blocks", fn,
                             (long long)n);
-    for (int kv = 0; kv < 2; kv++) {
-        const float sc = kv ? v_scale : k_scale;
-        if (!(sc > 0.0f) || isinf(sc))
-            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g", fn,
-                                kv ? "v_scale" : "k_scale", (double)sc);
-    }
+    if ((s = check_scales(fn, k_scale, v_scale, err)) != VT_OK) return s;
     for (int64_t i = 0; i < n; i++)
         if (blocks[i] < 0 || blocks[i] >= c->num_blocks)
             return vt_error_set(err, VT_ERR_INDEX, "%s: blocks[%lld] must be in [0, %lld); got %lld", fn,

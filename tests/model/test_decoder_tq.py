@@ -38,10 +38,7 @@ def test_turboquant_kv_matches_reference_with_same_rounding(tiny_dirs, model_typ
     ref_plain = refmodel.forward(cfg, w, toks, np.float64)
     # the tiny models have 2 layers: vLLM's boundary rule would keep both unquantized
     ours = Decoder.from_pretrained(tiny_dirs[model_type]).score(toks, fmt, chunk=10, turboquant_boundary=False)
-    rms = lambda a, b: float(np.sqrt(np.mean((np.asarray(a, np.float64) - b) ** 2)))  # noqa: E731
-    effect = rms(ref_plain, ref)
-    assert effect > 2e-5 * np.abs(ref).max(), "anti-vacuity: the KV rounding must move the logits beyond round-off"
-    assert rms(ours, ref) <= 0.1 * effect, (rms(ours, ref), effect)
+    refmodel.assert_matches_rounded(ours, ref, ref_plain)
 
 
 def test_boundary_layers_stay_unquantized(tiny_dirs):
