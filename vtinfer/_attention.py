@@ -149,15 +149,10 @@ def flash_attn_varlen_func(
     """
     fn = "flash_attn_varlen_func"
     return_lse = bool(return_lse or return_softmax_lse)
-    if _tq_ops.is_turboquant(kv_cache_dtype):
-        return _tq_ops.attention(
-            q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
-            softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-            alibi_slopes=alibi_slopes, s_aux=s_aux, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
-            num_threads=num_threads, cu_seqlens_k=cu_seqlens_k, q_dtype=q_dtype, k_descale=k_descale,
-            v_descale=v_descale, q_descale=q_descale, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
-    if _nvfp4.is_nvfp4(kv_cache_dtype):
-        return _nvfp4.attention(
+    # the formats read through a dequantized copy (their own modules): slot formats, NVFP4 pages
+    own = _tq_ops if _tq_ops.is_turboquant(kv_cache_dtype) else _nvfp4 if _nvfp4.is_nvfp4(kv_cache_dtype) else None
+    if own is not None:
+        return own.attention(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
             alibi_slopes=alibi_slopes, s_aux=s_aux, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
