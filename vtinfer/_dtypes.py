@@ -45,7 +45,7 @@ class DtypeInfo:
         ``"dense"``, ``"scale_planes"`` (a float32 ``[num_blocks, block_size,
         H_kv]`` plane each for K and V beside the codes) or ``"slots"``
         (the slot formats, TurboQuant and UltraQuant: one uint8 ``[num_blocks,
-        block_size, H_kv, slot_bytes]`` cache holding K, V and their scales;
+        block_size, H_kv, slot_bytes]`` cache holding K, V and their scales: TurboQuant, UltraQuant, Octave;
         ``vt.turboquant_slot_bytes``).
     key_bits, value_bits : int
         Slot formats only (0 otherwise): key bits (TurboQuant: 8 = fp8 e4m3 keys,
@@ -56,7 +56,7 @@ class DtypeInfo:
     family : str
         The format family (one C file each): ``"plain"``, ``"fp8"``,
         ``"per_token_head"``, ``"int4_per_token_head"``, ``"turboquant"``,
-        ``"ultraquant"``.
+        ``"ultraquant"``, ``"octave"``.
     query_dtype : str
         The dtype the read rounds the (rotated) query to before its dot
         products: ``"fp8_e4m3"`` for ``ultraquant_4bit`` (vLLM's UltraQuant
@@ -64,6 +64,18 @@ class DtypeInfo:
     needs_codebook : bool
         Slot formats: the store and read index a Lloyd-Max codebook the caller
         gives (TurboQuant's MSE key presets; the row's slot codec answers).
+    rope_block : int
+        > 0 where the slot layout depends on the model's rotary dims
+        (``rope_dim``, a multiple of it in ``[0, head_size]``; Octave: 64);
+        0 otherwise.
+    key_basis : str
+        Slot formats: the basis the read returns K in, ``"model"`` or
+        ``"hadamard"`` (rotated by the orthonormal Sylvester Hadamard H: the
+        query is read as ``q @ H``; TurboQuant's MSE presets, UltraQuant).
+    boundary_layers : int
+        vLLM keeps the first and last ``min(n, num_layers // 2)`` attention
+        layers at the model dtype with this format (TurboQuant, UltraQuant: 2);
+        0: every layer takes it.
     """
 
     id: int
@@ -88,6 +100,14 @@ class DtypeInfo:
     family: str
     query_dtype: str
     needs_codebook: bool
+    rope_block: int
+    key_basis: str
+    boundary_layers: int
+
+    def head_size_error(self, head_size: int) -> str | None:
+        """None when this format stores head rows of ``head_size`` elements, else its one geometry rule's message
+        (the C table's check: the message every store and read raises)."""
+        return _C.dtype_head_size_error(self.name, head_size)
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -102,7 +122,7 @@ KV_CACHE_DTYPES: tuple[str, ...] = _C.kv_cache_flags()
 FP8_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.is_fp8)
 PER_TOKEN_HEAD_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.scale_kind == "token_head")
 TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.family == "turboquant")
-#: The slot formats (TurboQuant and UltraQuant): K and V of a (token, KV head) in one uint8 slot.
+#: The slot formats (TurboQuant, UltraQuant, Octave): K and V of a (token, KV head) in one uint8 slot.
 SLOT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
 #: vLLM 0.33's ``--kv-cache-dtype`` values (``CacheDType``), in vLLM's order.
 VLLM_KV_CACHE_DTYPES: tuple[str, ...] = _C.vllm_kv_cache_dtypes()

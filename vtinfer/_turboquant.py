@@ -1,11 +1,12 @@
-"""vLLM 0.33's slot KV formats (TurboQuant and UltraQuant) on a caller-owned slot cache.
+"""vLLM 0.33's slot KV formats (TurboQuant, UltraQuant and Octave) on a caller-owned slot cache.
 
 ``turboquant_k8v4``, ``turboquant_4bit_nc``, ``turboquant_k3v4_nc``,
-``turboquant_3bit_nc`` and ``ultraquant_4bit`` (``vt.SLOT_DTYPES``) keep K and
-V of one (token, KV head) in one uint8 slot (``turboquant_slot_bytes``): the
-store (``turboquant_store``) and the dequantized read (``turboquant_gather``)
-are C (csrc/core/kv_slots.c with each format's codec, kv_store_tq.c and
-kv_store_uq.c); the Lloyd-Max codebook TurboQuant's MSE presets index is
+``turboquant_3bit_nc``, ``ultraquant_4bit``, ``octave_k3v4``, ``octave_k3v3``
+and ``octave_k3v3_compact`` (``vt.SLOT_DTYPES``) keep K and V of one (token,
+KV head) in one uint8 slot (``turboquant_slot_bytes``): the store
+(``turboquant_store``) and the dequantized read (``turboquant_gather``) are C
+(csrc/core/kv_slots.c with each format's codec, kv_store_tq.c, kv_store_uq.c
+and kv_store_octave.c); the Lloyd-Max codebook TurboQuant's MSE presets index is
 computed here, once per (head_size, bits), as vLLM computes it (float64, then
 float32). The rules with vLLM's sources: .agents/specs/kv-formats.md.
 """
@@ -41,17 +42,27 @@ def _head_size(head_size: Any, fn: str) -> int:
     return d
 
 
-def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int) -> int:
-    """Bytes of one (token, KV head) slot: vLLM's ``TurboQuantConfig.slot_size_aligned``.
+def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int, rope_dim: int | None = None) -> int:
+    """Bytes of one (token, KV head) slot, as vLLM sizes it.
 
-    ``[key part | value codes | fp16 value scale | fp16 value zero]`` rounded up
-    to even; the key part is ``head_size`` e4m3 bytes (``turboquant_k8v4``) or
+    TurboQuant (``TurboQuantConfig.slot_size_aligned``): ``[key part | value
+    codes | fp16 value scale | fp16 value zero]`` rounded up to even; the key
+    part is ``head_size`` e4m3 bytes (``turboquant_k8v4``) or
     ``ceil(head_size * key_bits / 8)`` index bytes and an fp16 norm.
     ``ultraquant_4bit``: ``head_size + 2 * head_size / 32`` (K codes, K
     scales, V codes, V scales; vLLM's ``ultraquant.format.slot_size``).
+    Octave (``OctaveFormat.slot_bytes``): ``[K rotary codes rope_dim / 2 |
+    K other codes (head_size - rope_dim) * 3 / 8 | V codes | fp16 scales]``,
+    padded to 8 bytes (``octave_k3v3_compact``: no rotary part, padded to 4).
+
+    ``rope_dim`` (the model's rotary dims, a multiple of 64 in ``[0,
+    head_size]``) is read by the Octave formats only; None means
+    ``head_size``, vLLM's answer for a config without a
+    ``partial_rotary_factor``. The store and read take the rotary dims from
+    the cache's slot width, which names them.
     """
     _tq_info(kv_cache_dtype, "turboquant_slot_bytes")
-    return _C.dtype_slot_bytes(kv_cache_dtype, _head_size(head_size, "turboquant_slot_bytes"))
+    return _C.dtype_slot_bytes(kv_cache_dtype, _head_size(head_size, "turboquant_slot_bytes"), rope_dim)
 
 
 @functools.lru_cache(maxsize=32)
@@ -111,8 +122,9 @@ def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray
 
 
 def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str) -> None:
-    """Store tokens into a slot cache as vLLM 0.33's Triton stores do (TurboQuant's
-    ``triton_turboquant_store``, UltraQuant's ``ultraquant_store``).
+    """Store tokens into a slot cache as vLLM 0.33 stores them (TurboQuant's
+    ``triton_turboquant_store``, UltraQuant's ``ultraquant_store``, Octave's
+    ``reference_quantize``).
 
     Parameters
     ----------
@@ -120,11 +132,15 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
         float32, float16 or bfloat16 (NumPy or DLPack), last dimension
         contiguous; widened to float32. ``head_size`` even; a power of two for
         the MSE presets (the Hadamard rotation); for ``ultraquant_4bit`` a power
-        of two from 32 (groups of 32, the rotation).
+        of two from 32 (groups of 32, the rotation); for Octave a multiple of 64
+        (``octave_k3v3_compact``: a power of two from 64).
     kv_cache : uint8 array ``[num_blocks, block_size, num_kv_heads, slot_bytes]``
         Written in place; ``slot_bytes = turboquant_slot_bytes(kv_cache_dtype,
-        head_size)``; any strides with contiguous slots (vLLM's
-        ``kv_cache.transpose(1, 2)`` view of its page works as it is).
+        head_size)`` (Octave: ``turboquant_slot_bytes(kv_cache_dtype, head_size,
+        rope_dim)``, and the width names the rotary dims); any strides with
+        contiguous slots (vLLM's ``kv_cache.transpose(1, 2)`` view of its page
+        works as it is, as does the ``[num_blocks, H_kv, block_size, slot]``
+        page of vLLM's Octave backend after ``.transpose(1, 2)``).
     slot_mapping : int64 array ``[num_tokens]``
         ``block * block_size + offset``; negative skips the token.
     kv_cache_dtype : str
@@ -138,7 +154,10 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
     ``[K codes | K scales | V codes | V scales]``, FP4 E2M1 codes with one
     UE8M0 scale per group of 32 (``s = 2^floor(log2(0.156 absmax) + 0.5)``),
     K first rotated by the store kernel's float32 Walsh-Hadamard butterflies.
-    Single-threaded.
+    Octave: ``[K codes | V codes | fp16 scales]``, rows sign-flipped and
+    Walsh-Hadamard rotated (K per 64 dims, or whole for the compact format),
+    Lloyd-Max codes (4-bit on the rotary K dims, else 3-bit; V 4 or 3) with a
+    scale per block that keeps ``x . x_hat = |x|^2``. Single-threaded.
     Every argument and slot is checked first: a refused call writes nothing.
     """
     info = _tq_info(kv_cache_dtype, "turboquant_store")
@@ -178,6 +197,8 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         rotated instead); the model-basis key is ``K @ H`` with H the
         orthonormal Sylvester Hadamard (its own inverse). UltraQuant: the E2M1
         value times ``2^(byte - 127)`` (byte 0 reads 0); K in the rotated basis.
+        Octave: ``LUT[code] * scale / 64`` rotated back, K and V in the model's
+        basis (vLLM's ``reference_dequantize``).
     """
     info = _tq_info(kv_cache_dtype, "turboquant_gather")
     head_size = _head_size(head_size, "turboquant_gather")
@@ -244,7 +265,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
                          kv_cache_dtype: str, softmax_scale: float | None = None, causal: bool = True,
                          window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
                          s_aux: Any = None, return_lse: bool = False, num_threads: int | None = None) -> Any:
-    """Paged attention over a slot cache (the meaning of vLLM 0.33's TurboQuant and UltraQuant decode).
+    """Paged attention over a slot cache (the meaning of vLLM 0.33's TurboQuant, UltraQuant and Octave decode).
 
     The simplest correct path: the blocks ``block_table`` names are dequantized
     (``turboquant_gather``) into a float32 paged copy, and
@@ -254,7 +275,9 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     k8v4 queries are widened to float32. UltraQuant's queries are rotated the
     same way and then rounded to float8 e4m3fn (scale 1), as vLLM's launcher
     and reference (``reference_ultraquant_attention``) do. V is never
-    rotated. The output is rounded (nearest even) to q's dtype.
+    rotated. Octave's read gives K and V in the model's basis, as vLLM's
+    ``reference_attention`` reads them (its kernels rotate q instead: the same
+    scores up to float32 rounding); the query is widened to float32. The output is rounded (nearest even) to q's dtype.
 
     Parameters
     ----------
@@ -297,7 +320,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     k = k.reshape(len(used), bs, -1, D)
     v = v.reshape(len(used), bs, -1, D)
     qf = q.astype(np.float32)
-    if info.key_bits != 8:  # keys in the rotated basis
+    if info.key_basis == "hadamard":  # the read gives K in the rotated basis (its row says)
         qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
     if info.query_dtype != "float32":  # the format's query rounding (UltraQuant: e4m3fn), from its row
         qf = qf.astype(dtype_info(info.query_dtype).numpy_dtype).astype(np.float32)

@@ -61,6 +61,10 @@ class ModelGeometry:
     sliding_window : int or None
     layer_types : tuple of str or None
     model_type : str or None
+    partial_rotary_factor : float
+        The share of each head's dims that RoPE rotates: ``partial_rotary_factor``
+        or ``rope_parameters["partial_rotary_factor"]``, 1.0 where neither is
+        given (vLLM's ``rope_dim_from_hf_config``); see :meth:`rope_dim`.
     """
 
     num_layers: int
@@ -73,6 +77,12 @@ class ModelGeometry:
     layer_types: tuple[str, ...] | None
     model_type: str | None
     layers: tuple[AttentionSpec, ...]
+    partial_rotary_factor: float = 1.0
+
+    def rope_dim(self, head_dim: int | None = None) -> int:
+        """The rotary dims of a head of ``head_dim`` (default: the model's): ``int(head_dim *
+        partial_rotary_factor)``, as vLLM 0.33's ``rope_dim_from_hf_config`` (Octave's K layout depends on it)."""
+        return int((self.head_dim if head_dim is None else head_dim) * self.partial_rotary_factor)
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any], name: str = "config.json") -> "ModelGeometry":
@@ -123,5 +133,11 @@ class ModelGeometry:
         for i in range(layers):
             kind = lt[i] if lt else ("sliding_attention" if sw else "full_attention")
             specs.append(AttentionSpec(i, kv, hd, sw if kind == "sliding_attention" else None, kind))
+        factor = src.get("partial_rotary_factor")
+        if factor is None:
+            rp = src.get("rope_parameters")
+            factor = rp.get("partial_rotary_factor", 1.0) if isinstance(rp, dict) else 1.0
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 <= factor <= 1.0:
+            raise ValueError(f"{name}: partial_rotary_factor must be a number in [0, 1]; got {factor!r}")
         return cls(layers, heads, kv, hd, dtype or "bfloat16", dtype is not None, sw, lt,
-                   src.get("model_type", cfg.get("model_type")), tuple(specs))
+                   src.get("model_type", cfg.get("model_type")), tuple(specs), float(factor))

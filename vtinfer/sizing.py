@@ -163,7 +163,7 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
     info = dtype_info(dtype)
     elem = info.elem_bytes
     kv_rank = rank_heads(geo.num_heads, geo.num_kv_heads, tensor_parallel_size, 0).num_kv_heads
-    if dtype_info(dtype).page_layout == "slots":
+    if info.boundary_layers:
         # vLLM 0.33 EngineArgs: a turboquant_* or ultraquant_4bit cache keeps the first / last 2 attention layers
         # at the model dtype (TurboQuantConfig.get_boundary_skip_layers, dense models), added to the skip list
         from vtinfer._turboquant import boundary_skip_layers
@@ -171,7 +171,7 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         if kv_cache_dtype_skip_layers is not None:
             skipped_layers(geo, kv_cache_dtype_skip_layers)  # its type check
         kv_cache_dtype_skip_layers = sorted(set(kv_cache_dtype_skip_layers or ()) | set(
-            boundary_skip_layers(geo.num_layers)))
+            boundary_skip_layers(geo.num_layers, info.boundary_layers)))
     skipped = skipped_layers(geo, kv_cache_dtype_skip_layers)
     skipped_set = set(skipped)
     layer_dtypes = tuple(geo.dtype if s.layer in skipped_set else dtype for s in geo.layers)
@@ -180,12 +180,12 @@ def plan_kv_cache(checkpoint_or_geometry: Any, kv_cache_dtype: str = "auto", blo
         # per-token-head formats: each (token, KV head) also holds a float32 scale for K and one for V
         # (vLLM's TritonAttentionBackend.customize_spec; kv-formats.md)
         # slot formats: one slot per (token, KV head), K and V together (TurboQuant's slot_size_aligned,
-        # UltraQuant's slot_size)
+        # UltraQuant's slot_size, Octave's slot_bytes at the model's rotary dims: vLLM's rope_dim_from_hf_config)
         di = dtype_info(d)
         if di.page_layout == "slots":
             from vtinfer import _C
 
-            return kv * _C.dtype_slot_bytes(di.name, head_dim)
+            return kv * _C.dtype_slot_bytes(di.name, head_dim, geo.rope_dim(head_dim) if di.rope_block else None)
         return kv * (2 * head_dim * di.elem_bits // 8 + (8 if di.scale_kind == "token_head" else 0))
 
     pages = tuple(block_size * token_bytes(d, kv_rank if s.num_kv_heads == geo.num_kv_heads else

@@ -58,9 +58,10 @@ static PyObject *py_dtype_table(PyObject *m, PyObject *unused) {
         }
         static const char *const scale_kinds[] = {"none", "tensor", "token_head", "slot"};
         static const char *const layouts[] = {"dense", "scale_planes", "slots"};
+        static const char *const key_bases[] = {"model", "hadamard"};
         const vt_dtype_info *code = i->code_dtype >= 0 ? vt_dtype_get(i->code_dtype) : NULL;
         PyObject *row = Py_BuildValue(
-            "{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i,s:i,s:O,s:z,s:s,s:d,s:d,s:s,s:i,s:i,s:O,s:s,s:s,s:O}", "id", d, "name", i->name,
+            "{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i,s:i,s:O,s:z,s:s,s:d,s:d,s:s,s:i,s:i,s:O,s:s,s:s,s:O,s:i,s:s,s:i}", "id", d, "name", i->name,
             "numpy_name", i->numpy_name, "flags", flags, "elem_bytes", (Py_ssize_t)i->elem_bytes, "is_fp8",
             i->is_fp8 ? Py_True : Py_False, "max_finite", i->max_finite, "exponent_bits", i->exponent_bits,
             "mantissa_bits", i->mantissa_bits, "elem_bits", i->elem_bits, "is_int", i->is_int ? Py_True : Py_False,
@@ -68,7 +69,8 @@ static PyObject *py_dtype_table(PyObject *m, PyObject *unused) {
             (double)i->quant_max, "quant_min", (double)i->quant_min, "page_layout", layouts[i->page_layout], "key_bits", i->key_bits,
             "value_bits", i->value_bits, "norm_correction", i->norm_correction ? Py_True : Py_False, "family",
             i->family, "query_dtype", vt_dtype_get(i->query_dtype)->name, "needs_codebook",
-            vt_dtype_needs_codebook(d) ? Py_True : Py_False);
+            vt_dtype_needs_codebook(d) ? Py_True : Py_False, "rope_block", i->rope_block, "key_basis",
+            key_bases[i->key_basis], "boundary_layers", i->boundary_layers);
         if (!row) goto fail;
         PyTuple_SET_ITEM(t, d, row);
     }
@@ -132,6 +134,7 @@ static void copy_task(void *ctx, int ith, int nth) {
 }
 
 VT_SIGNATURE(slot_bytes_sig, "dtype_slot_bytes", VT_SLOT_BYTES_NPOS, VT_SLOT_BYTES_ARGS);
+VT_SIGNATURE(head_rule_sig, "dtype_head_size_error", VT_HEAD_RULE_NPOS, VT_HEAD_RULE_ARGS);
 VT_SIGNATURE(bench_copy_sig, "_bench_copy", VT_BENCH_COPY_NPOS, VT_BENCH_COPY_ARGS);
 
 static PyObject *py_bench_copy(PyObject *m, PyObject *args, PyObject *kw) {
@@ -166,36 +169,65 @@ static PyObject *py_bench_copy(PyObject *m, PyObject *args, PyObject *kw) {
     Py_RETURN_NONE;
 }
 
+/* The (dtype name, head_size > 0) pair the dtype helpers take; -1 with an exception set. */
+static int dtype_and_head(PyObject *const *a, const char *fn, int *id, int64_t *d) {
+    const char *name = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
+    if (!name) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s: dtype must be a str; got %s", fn, Py_TYPE(a[0])->tp_name);
+        return -1;
+    }
+    if (vt_int_arg(a[1], fn, "head_size", INT64_MIN, INT64_MAX, d) < 0) return -1;
+    vt_error err;
+    if (vt_dtype_from_name(name, "dtype", id, &err) != VT_OK) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", fn, err.message);
+        return -1;
+    }
+    if (*d <= 0) {
+        PyErr_Format(PyExc_ValueError, "%s: head_size must be > 0; got %lld", fn, (long long)*d);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_dtype_slot_bytes(PyObject *m, PyObject *args, PyObject *kw) {
     (void)m;
     PyObject *a[VT_SIG_MAX_ARGS];
-    if (vt_sig_parse(&slot_bytes_sig, args, kw, a) < 0) return NULL;
-    const char *name = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
-    if (!name) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "dtype_slot_bytes: dtype must be a str; got %s", Py_TYPE(a[0])->tp_name);
-        return NULL;
-    }
-    int64_t d;
-    if (vt_int_arg(a[1], "dtype_slot_bytes", "head_size", INT64_MIN, INT64_MAX, &d) < 0) return NULL;
     int id;
-    vt_error err;
-    if (vt_dtype_from_name(name, "dtype", &id, &err) != VT_OK) {
-        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: %s", err.message);
+    int64_t d;
+    if (vt_sig_parse(&slot_bytes_sig, args, kw, a) < 0 || dtype_and_head(a, "dtype_slot_bytes", &id, &d) < 0)
+        return NULL;
+    int64_t r = d; /* no rope_dim: every dim rotary, vLLM's rule without a partial_rotary_factor */
+    if (a[2] && a[2] != Py_None && vt_int_arg(a[2], "dtype_slot_bytes", "rope_dim", INT64_MIN, INT64_MAX, &r) < 0)
+        return NULL;
+    const vt_dtype_info *t = id < 0 ? NULL : vt_dtype_get(id);
+    if (t && t->rope_block > 0 && (r < 0 || r > d || r % t->rope_block != 0)) {
+        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: rope_dim must be a multiple of %d in [0, head_size = %lld] "
+                     "for dtype '%s'; got %lld", t->rope_block, (long long)d, t->name, (long long)r);
         return NULL;
     }
-    if (d <= 0) {
-        PyErr_Format(PyExc_ValueError, "dtype_slot_bytes: head_size must be > 0; got %lld", (long long)d);
-        return NULL;
-    }
-    return PyLong_FromSize_t(id < 0 ? 0 : vt_dtype_slot_bytes(id, (size_t)d));
+    return PyLong_FromSize_t(t ? vt_dtype_slot_bytes_rope(id, (size_t)d, (size_t)r) : 0);
 }
 
-static char slot_bytes_doc[256], bench_copy_doc[256];
+static PyObject *py_dtype_head_size_error(PyObject *m, PyObject *args, PyObject *kw) {
+    (void)m;
+    PyObject *a[VT_SIG_MAX_ARGS];
+    int id;
+    int64_t d;
+    if (vt_sig_parse(&head_rule_sig, args, kw, a) < 0 || dtype_and_head(a, "dtype_head_size_error", &id, &d) < 0)
+        return NULL;
+    vt_error err;
+    if (id < 0 || vt_dtype_check_head_size(id, d, "dtype_head_size_error", "head_size", "dtype", &err) == VT_OK)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(err.message);
+}
+
+static char slot_bytes_doc[256], head_rule_doc[256], bench_copy_doc[256];
 
 static PyMethodDef info_methods[] = {
     {"dtype_slot_bytes", (PyCFunction)(void (*)(void))py_dtype_slot_bytes, METH_VARARGS | METH_KEYWORDS,
      slot_bytes_doc},
+    {"dtype_head_size_error", (PyCFunction)(void (*)(void))py_dtype_head_size_error, METH_VARARGS | METH_KEYWORDS,
+     head_rule_doc},
     {"_bench_copy", (PyCFunction)(void (*)(void))py_bench_copy, METH_VARARGS | METH_KEYWORDS, bench_copy_doc},
     {"build_info", py_build_info, METH_NOARGS,
      "build_info($module, /)\n--\n\nVersion, ISA chosen, CPU features, compiler, whether the CUDA arm was built."},
@@ -213,6 +245,8 @@ int vt_info_exec(PyObject *m, vt_module_state *st) {
     (void)st;
     vt_signature_doc(&slot_bytes_sig, "Slot bytes of a slot format (vLLM's slot_size_aligned / slot_size); 0 for "
                      "other dtypes.", slot_bytes_doc, sizeof slot_bytes_doc);
+    vt_signature_doc(&head_rule_sig, "None when the dtype stores head rows of head_size elements, else its geometry "
+                     "rule's message.", head_rule_doc, sizeof head_rule_doc);
     vt_signature_doc(&bench_copy_sig, "Threaded memcpy of src into dst (benchmarks only).", bench_copy_doc,
                      sizeof bench_copy_doc);
     return PyModule_AddFunctions(m, info_methods);

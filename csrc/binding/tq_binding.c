@@ -1,4 +1,4 @@
-/* vtinfer._C's slot-format functions (TurboQuant, UltraQuant; csrc/core/kv_slots.c):
+/* vtinfer._C's slot-format functions (TurboQuant, UltraQuant, Octave; csrc/core/kv_slots.c):
  *
  *   _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, midpoints) -> None
  *   _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out, num_threads=None) -> None
@@ -92,19 +92,45 @@ static int status_ok(tq_call *c, vt_status s, const vt_error *err) {
     return -1;
 }
 
+/* A rope-dependent row's rotary dims from the slot width (each rope_block of rotary dims adds rope_block / 8 bytes
+ * to the K codes and the slot pads to a multiple of that, so the width names them); -1 when no rope_dim fits. */
+static int64_t rope_of_width(int dtype, int64_t D, int64_t width, char *widths, size_t cap) {
+    const int rb = vt_dtype_get(dtype)->rope_block;
+    int64_t found = -1;
+    size_t used = 0;
+    widths[0] = '\0';
+    for (int64_t r = 0; r <= D; r += rb) {
+        const int64_t w = (int64_t)vt_dtype_slot_bytes_rope(dtype, (size_t)D, (size_t)r);
+        if (w == width && found < 0) found = r;
+        if (used < cap) used += (size_t)snprintf(widths + used, cap - used, "%s%lld", used ? ", " : "", (long long)w);
+    }
+    return found;
+}
+
 static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64_t D, vt_tq_cache *out) {
     vt_error err; /* the format's own head-size rule first: the slot size follows from it */
     if (status_ok(c, vt_dtype_check_head_size(dtype, D, c->fn, "head_size", NULL, &err), &err) < 0) return -1;
-    const int64_t slot = (int64_t)vt_dtype_slot_bytes(dtype, (size_t)D);
     if (check_rank(c, kc, "kv_cache", 4, "[num_blocks, block_size, num_kv_heads, slot_bytes]") < 0 ||
         check_elem(c, kc, "kv_cache", VT_ELEM_BIT(VT_ELEM_U8), "uint8") < 0)
         return -1;
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    int64_t rope = D, slot = (int64_t)vt_dtype_slot_bytes(dtype, (size_t)D);
+    char widths[160];
+    if (t->rope_block > 0 && (rope = rope_of_width(dtype, D, kc->shape[3], widths, sizeof widths)) >= 0)
+        slot = kc->shape[3];
     if (kc->shape[2] != H || kc->shape[3] != slot) {
-        PyErr_Format(PyExc_ValueError, "%s: kv_cache must have shape [num_blocks, block_size, %lld, %lld] (num_kv_heads "
-                     "and slot_size_aligned of kv_cache_dtype '%s' at head_size %lld); got [%lld, %lld, %lld, %lld]",
-                     c->fn, (long long)H, (long long)slot, vt_dtype_get(dtype)->name, (long long)D,
-                     (long long)kc->shape[0], (long long)kc->shape[1], (long long)kc->shape[2],
-                     (long long)kc->shape[3]);
+        if (t->rope_block > 0)
+            PyErr_Format(PyExc_ValueError, "%s: kv_cache must have shape [num_blocks, block_size, %lld, slot_bytes] "
+                         "with slot_bytes that of kv_cache_dtype '%s' at head_size %lld for rotary dims (rope_dim) "
+                         "0, %d, .. %lld: one of %s; got [%lld, %lld, %lld, %lld]", c->fn, (long long)H, t->name,
+                         (long long)D, t->rope_block, (long long)D, widths, (long long)kc->shape[0],
+                         (long long)kc->shape[1], (long long)kc->shape[2], (long long)kc->shape[3]);
+        else
+            PyErr_Format(PyExc_ValueError, "%s: kv_cache must have shape [num_blocks, block_size, %lld, %lld] "
+                         "(num_kv_heads and slot_size_aligned of kv_cache_dtype '%s' at head_size %lld); got [%lld, "
+                         "%lld, %lld, %lld]", c->fn, (long long)H, (long long)slot, t->name, (long long)D,
+                         (long long)kc->shape[0], (long long)kc->shape[1], (long long)kc->shape[2],
+                         (long long)kc->shape[3]);
         return -1;
     }
     if (!vt_tensor_last_dim_contiguous(kc)) {
@@ -114,6 +140,7 @@ static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64
     memset(out, 0, sizeof *out);
     out->dtype = dtype;
     out->num_blocks = kc->shape[0], out->block_size = kc->shape[1], out->num_kv_heads = H, out->head_size = D;
+    out->rope_dim = t->rope_block > 0 ? rope : 0;
     out->data = kc->data;
     out->stride_block = kc->strides[0], out->stride_pos = kc->strides[1], out->stride_head = kc->strides[2];
     return 0;

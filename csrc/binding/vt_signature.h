@@ -256,8 +256,13 @@
     X(max_version, "None")
 
 /* The module's info helpers (csrc/binding/info.c). */
-#define VT_SLOT_BYTES_NPOS 2
+#define VT_SLOT_BYTES_NPOS 3
 #define VT_SLOT_BYTES_ARGS(X)                                                                                        \
+    X(dtype, NULL)                                                                                                   \
+    X(head_size, NULL)                                                                                               \
+    X(rope_dim, "None")
+#define VT_HEAD_RULE_NPOS 2
+#define VT_HEAD_RULE_ARGS(X)                                                                                         \
     X(dtype, NULL)                                                                                                   \
     X(head_size, NULL)
 #define VT_BENCH_COPY_NPOS 3

@@ -21,12 +21,18 @@ static const char *const flags_tq_4nc[] = {"turboquant_4bit_nc", NULL};
 static const char *const flags_tq_k3v4[] = {"turboquant_k3v4_nc", NULL};
 static const char *const flags_tq_3nc[] = {"turboquant_3bit_nc", NULL};
 static const char *const flags_uq4[] = {"ultraquant_4bit", NULL};
+static const char *const flags_oct_k3v4[] = {"octave_k3v4", NULL};
+static const char *const flags_oct_k3v3[] = {"octave_k3v3", NULL};
+static const char *const flags_oct_k3v3c[] = {"octave_k3v3_compact", NULL};
 
 /* Geometry shared by the rows that pack or rotate a head row (vt_dtype_check_head_size). */
 #define INT4_GEOMETRY .head_multiple = 2, .head_max = 4096, .rht_block_max = 1024
-#define TQ_ROW .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8, .elem_bits = 8, .code_dtype = -1, \
-    .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS, .family = "turboquant", .slot = &vt_slot_turboquant
+#define SLOT_ROW .numpy_name = "uint8", .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8, .elem_bits = 8, \
+    .code_dtype = -1, .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS
+#define TQ_ROW SLOT_ROW, .family = "turboquant", .slot = &vt_slot_turboquant, .boundary_layers = 2
 #define TQ_GEOMETRY .head_multiple = 2, .head_max = VT_SLOT_MAX_D
+#define OCTAVE_ROW SLOT_ROW, .family = "octave", .slot = &vt_slot_octave, .head_multiple = 64, \
+    .head_max = VT_SLOT_MAX_D
 
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     [VT_DTYPE_F32] = {.id = VT_DTYPE_F32, .name = "float32", .numpy_name = "float32", .flags = flags_f32,
@@ -71,25 +77,33 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     /* vLLM 0.33 turboquant/config.py TQ_PRESETS (key bits, value bits, norm correction): one uint8 slot per
      * (token, KV head); elem_bits 8 are the slot cache's bytes (kv_store_tq.c). The MSE key presets rotate the
      * whole head row by one Hadamard transform, so their head size is a power of two. */
-    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4", .numpy_name = "uint8",
+    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4",
                           .flags = flags_tq_k8v4, TQ_ROW, .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
-    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc", .numpy_name = "uint8",
-                             .flags = flags_tq_4nc, TQ_ROW, .key_bits = 4, .value_bits = 4, .norm_correction = 1,
+    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc",
+                             .flags = flags_tq_4nc, TQ_ROW, .key_basis = VT_KEY_BASIS_HADAMARD, .key_bits = 4, .value_bits = 4, .norm_correction = 1,
                              TQ_GEOMETRY, .head_pow2 = 1},
-    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc", .numpy_name = "uint8",
-                             .flags = flags_tq_k3v4, TQ_ROW, .key_bits = 3, .value_bits = 4, .norm_correction = 1,
+    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc",
+                             .flags = flags_tq_k3v4, TQ_ROW, .key_basis = VT_KEY_BASIS_HADAMARD, .key_bits = 3, .value_bits = 4, .norm_correction = 1,
                              TQ_GEOMETRY, .head_pow2 = 1},
-    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc", .numpy_name = "uint8",
-                             .flags = flags_tq_3nc, TQ_ROW, .key_bits = 3, .value_bits = 3, .norm_correction = 1,
+    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc",
+                             .flags = flags_tq_3nc, TQ_ROW, .key_basis = VT_KEY_BASIS_HADAMARD, .key_bits = 3, .value_bits = 3, .norm_correction = 1,
                              TQ_GEOMETRY, .head_pow2 = 1},
     /* vLLM 0.33 ultraquant/format.py: FP4 E2M1 codes, two per byte, and one UE8M0 scale byte per group of 32,
      * keys rotated by one Hadamard transform of the whole row (kv_store_uq.c). */
-    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .numpy_name = "uint8",
-                          .flags = flags_uq4, .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8,
-                          .elem_bits = 8, .code_dtype = -1, .scale_kind = VT_SCALE_SLOT,
-                          .page_layout = VT_PAGE_SLOTS, .key_bits = 4, .value_bits = 4, .head_multiple = 32,
+    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .flags = flags_uq4, SLOT_ROW, .key_bits = 4, .value_bits = 4, .head_multiple = 32,
                           .head_max = VT_SLOT_MAX_D, .head_pow2 = 1, .family = "ultraquant",
-                          .query_dtype = VT_DTYPE_FP8_E4M3, .slot = &vt_slot_ultraquant},
+                          .query_dtype = VT_DTYPE_FP8_E4M3, .slot = &vt_slot_ultraquant,
+                          .key_basis = VT_KEY_BASIS_HADAMARD, .boundary_layers = 2},
+    /* vLLM 0.33 rocm_octave.py (OctaveFormat, reference_quantize): sign flips and Walsh-Hadamard rotations, Lloyd-Max
+     * int8 codebooks, fp16 scales; K per 64-dim block (4-bit on the rotary dims) or, compact, whole; the read gives
+     * K and V in the model's basis (kv_store_octave.c). Every layer is quantized (no boundary layers). */
+    [VT_DTYPE_OCT_K3V4] = {.id = VT_DTYPE_OCT_K3V4, .name = "octave_k3v4", .flags = flags_oct_k3v4, OCTAVE_ROW,
+                           .key_bits = 3, .value_bits = 4, .rope_block = 64},
+    [VT_DTYPE_OCT_K3V3] = {.id = VT_DTYPE_OCT_K3V3, .name = "octave_k3v3", .flags = flags_oct_k3v3, OCTAVE_ROW,
+                           .key_bits = 3, .value_bits = 3, .rope_block = 64},
+    [VT_DTYPE_OCT_K3V3_COMPACT] = {.id = VT_DTYPE_OCT_K3V3_COMPACT, .name = "octave_k3v3_compact",
+                                   .flags = flags_oct_k3v3c, OCTAVE_ROW, .key_bits = 3, .value_bits = 3,
+                                   .head_pow2 = 1},
 };
 
 static long long pow2_divisor(long long d) { return d > 0 ? d & -d : 0; }
@@ -111,6 +125,8 @@ vt_status vt_dtype_check_head_size(int dtype, long long head_size, const char *f
     else if (t->rht_block_max)
         snprintf(rule, sizeof rule, "even and at most %lld, with a largest power-of-two divisor of at most %d "
                  "(two codes per byte; the rotation block)", (long long)t->head_max, t->rht_block_max);
+    else if (t->head_max && t->head_multiple > 2)
+        snprintf(rule, sizeof rule, "a multiple of %d, at most %lld", t->head_multiple, (long long)t->head_max);
     else if (t->head_max)
         snprintf(rule, sizeof rule, "even and at most %lld", (long long)t->head_max);
     else
@@ -134,10 +150,14 @@ int vt_dtype_needs_codebook(int dtype) {
     return t && t->slot ? t->slot->needs_codebook(t) : 0;
 }
 
-size_t vt_dtype_slot_bytes(int dtype, size_t head_size) {
+size_t vt_dtype_slot_bytes_rope(int dtype, size_t head_size, size_t rope_dim) {
     const vt_dtype_info *t = vt_dtype_get(dtype);
-    return t && t->slot ? t->slot->slot_bytes(t, head_size) : 0;
+    if (!t || !t->slot) return 0;
+    if (t->rope_block > 0 && (rope_dim > head_size || rope_dim % (size_t)t->rope_block != 0)) return 0;
+    return t->slot->slot_bytes(t, head_size, rope_dim);
 }
+
+size_t vt_dtype_slot_bytes(int dtype, size_t head_size) { return vt_dtype_slot_bytes_rope(dtype, head_size, head_size); }
 
 const vt_dtype_info *vt_dtype_get(int dtype) {
     if (dtype < 0 || dtype >= VT_DTYPE_COUNT) return NULL;

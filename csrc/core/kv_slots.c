@@ -10,9 +10,8 @@
 static vt_status check_cache(const vt_tq_cache *c, const char *fn, vt_error *err) {
     const vt_dtype_info *t = vt_dtype_get(c->dtype);
     if (!t || t->page_layout != VT_PAGE_SLOTS || !t->slot)
-        return vt_error_set(err, VT_ERR_VALUE, "%s: kv_cache_dtype must be a slot format (turboquant_k8v4, "
-                            "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, ultraquant_4bit); got "
-                            "dtype id %d", fn, c->dtype);
+        return vt_error_set(err, VT_ERR_VALUE, "%s: kv_cache_dtype must be a slot format (a dtype row of page layout "
+                            "slots); got dtype id %d", fn, c->dtype);
     if (c->num_blocks <= 0 || c->block_size <= 0 || c->num_kv_heads <= 0 || c->head_size <= 0)
         return vt_error_set(err, VT_ERR_VALUE, "%s: num_blocks, block_size, num_kv_heads and head_size must be > 0; "
                             "got %lld, %lld, %lld, %lld", fn, (long long)c->num_blocks, (long long)c->block_size,
@@ -20,6 +19,10 @@ static vt_status check_cache(const vt_tq_cache *c, const char *fn, vt_error *err
     /* the row's geometry bounds head_size by VT_SLOT_MAX_D (the codecs' stack rows) */
     vt_status gst = vt_dtype_check_head_size(c->dtype, c->head_size, fn, "head_size", NULL, err);
     if (gst != VT_OK) return gst;
+    if (t->rope_block > 0 && (c->rope_dim < 0 || c->rope_dim > c->head_size || c->rope_dim % t->rope_block != 0))
+        return vt_error_set(err, VT_ERR_VALUE, "%s: rope_dim must be a multiple of %d in [0, head_size = %lld] for "
+                            "kv_cache_dtype '%s'; got %lld", fn, t->rope_block, (long long)c->head_size, t->name,
+                            (long long)c->rope_dim);
     if (!c->data) return vt_error_set(err, VT_ERR_VALUE, "%s: kv_cache must not be NULL", fn);
     if (t->slot->needs_codebook(t) && (!c->centroids || !c->midpoints))
         return vt_error_set(err, VT_ERR_VALUE, "%s: the codebook (centroids, midpoints) must be given for "

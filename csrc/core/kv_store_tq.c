@@ -133,7 +133,8 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
 
 /* vLLM 0.33 TurboQuantConfig.slot_size_aligned: the key part, then ceil(D * vb / 8) value code bytes and 4
  * bytes of fp16 scale and zero, rounded up to even. */
-static size_t tq_slot_bytes(const vt_dtype_info *t, size_t d) {
+static size_t tq_slot_bytes(const vt_dtype_info *t, size_t d, size_t rope_dim) {
+    (void)rope_dim;
     size_t slot = (size_t)key_part_bytes(t, (int64_t)d) + (d * (size_t)t->value_bits + 7) / 8 + 4;
     return slot + slot % 2;
 }

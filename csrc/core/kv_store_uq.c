@@ -27,7 +27,8 @@ static const float uq_mid[14] = {-5.0f, -3.5f, -2.5f, -1.75f, -1.25f, -0.75f, -0
 static const float uq_value[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-static size_t uq_slot_bytes(const vt_dtype_info *t, size_t d) {
+static size_t uq_slot_bytes(const vt_dtype_info *t, size_t d, size_t rope_dim) {
+    (void)rope_dim;
     (void)t;
     return d + 2 * (d / UQ_GROUP);
 }

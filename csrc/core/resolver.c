@@ -17,7 +17,6 @@ typedef struct vllm_kv_dtype {
     const char *unstored; /* NULL: vtinfer stores it */
 } vllm_kv_dtype;
 
-#define OCTAVE_CODES "Lloyd-Max codes, fp16 scales; vLLM's ROCm backend only)"
 static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
     {"auto", NULL}, {"float16", NULL}, {"bfloat16", NULL}, {"fp8", NULL}, {"fp8_e4m3", NULL}, {"fp8_e5m2", NULL},
     {"fp8_inc", "Intel Gaudi's fp8 (e4m3 through Intel Neural Compressor; vLLM runs it on HPU only)"},
@@ -26,12 +25,7 @@ static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
     {"nvfp4_ds_mla", "DeepSeek MLA latents in NVFP4 (vLLM's GPU MLA backends only)"},
     {"turboquant_k8v4", NULL}, {"turboquant_4bit_nc", NULL}, {"turboquant_k3v4_nc", NULL},
     {"turboquant_3bit_nc", NULL},
-    {"octave_k3v4", "ROCm Octave, 3-bit keys and 4-bit values (byte slots per token and KV head: sign flips and a "
-                    "Walsh-Hadamard rotation per 64 dims, " OCTAVE_CODES},
-    {"octave_k3v3", "ROCm Octave, 3-bit keys and values (byte slots per token and KV head: sign flips and a "
-                    "Walsh-Hadamard rotation per 64 dims, " OCTAVE_CODES},
-    {"octave_k3v3_compact", "ROCm Octave, 3-bit keys and values, compact (sign flips and one Walsh-Hadamard rotation "
-                            "over the whole head, " OCTAVE_CODES},
+    {"octave_k3v4", NULL}, {"octave_k3v3", NULL}, {"octave_k3v3_compact", NULL},
     {"ultraquant_4bit", NULL},
     {"int4_per_token_head", NULL}, {"int8_per_token_head", NULL}, {"fp8_per_token_head", NULL},
     {"nvfp4", "NVFP4 (FP4 E2M1 codes, e4m3 scales per 16 elements, a global scale; stored on vLLM's pages by the "
@@ -39,7 +33,6 @@ static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
     {"nvfp4_4over6", "NVFP4 with a max/6 or max/4 scale per 16 elements chosen by least squared error (on vLLM's "
                      "pages by the functional forms)"},
 };
-#undef OCTAVE_CODES
 #define N_VLLM_DTYPES (sizeof vllm_kv_cache_dtypes / sizeof vllm_kv_cache_dtypes[0])
 
 size_t vt_vllm_kv_cache_dtype_count(void) { return N_VLLM_DTYPES; }

@@ -57,18 +57,19 @@ const vt_kernels *vt_kernels_active(void);
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16);
 
 /* A slot format (page_layout VT_PAGE_SLOTS): what its row's `slot` points to. kv_slots.c runs the checks and
- * the loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c) supplies these. k and v are
- * one head's float32 rows of c->head_size elements. */
+ * the loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c, kv_store_octave.c) supplies
+ * these. k and v are one head's float32 rows of c->head_size elements. slot_bytes is called with a rope_dim the
+ * row's rope_block admits (vt_dtype_slot_bytes_rope checks it first); rows without one ignore it. */
 struct vt_tq_cache;
 typedef struct vt_slot_codec {
-    size_t (*slot_bytes)(const vt_dtype_info *t, size_t head_size);
+    size_t (*slot_bytes)(const vt_dtype_info *t, size_t head_size, size_t rope_dim);
     /* 1 when the store and read need the caller's codebook (c->centroids, c->midpoints) */
     int (*needs_codebook)(const vt_dtype_info *t);
     void (*store)(const struct vt_tq_cache *c, const vt_dtype_info *t, const float *k, const float *v,
                   uint8_t *slot);
     void (*read)(const struct vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v);
 } vt_slot_codec;
-extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant;
+extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant, vt_slot_octave;
 /* The largest head size a slot format takes (rows rotated on the stack). */
 #define VT_SLOT_MAX_D 4096
 

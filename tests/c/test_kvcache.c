@@ -242,12 +242,64 @@ static void test_turboquant(void) {
     CHECK(memcmp(before, cache, sizeof cache) == 0, "a refused store wrote");
 }
 
+/* 6. Octave (octave_k3v4 through the slot loops): slot bytes per rotary dims, a one-hot K row whose rotation is a
+ *    constant block (hand-computed codes, fp16 scale 381/256 and read-back 16383/2048), a zero V row, untouched pad
+ *    bytes, and rope_dim refusals that write nothing. */
+static void test_octave(void) {
+    enum { OD = 128, OS = 32 + 24 + 64 + 6 + 2, OB = 2 };
+    CHECK(vt_dtype_slot_bytes_rope(VT_DTYPE_OCT_K3V4, OD, 64) == OS && vt_dtype_slot_bytes(VT_DTYPE_OCT_K3V4, OD) == 136 &&
+              vt_dtype_slot_bytes_rope(VT_DTYPE_OCT_K3V4, OD, 32) == 0 &&
+              vt_dtype_slot_bytes(VT_DTYPE_OCT_K3V3_COMPACT, OD) == 100,
+          "octave slot bytes");
+    uint8_t cache[OB * OS], before[OB * OS];
+    memset(cache, 0x5A, sizeof cache);
+    float k[OD] = {0}, v[OD] = {0};
+    k[0] = 8.0f; /* sign -1 at dim 0: the rotated block 0 is 64 x -1, block 1 zero */
+    vt_tq_cache c = {VT_DTYPE_OCT_K3V4, 1, OB, 1, OD, cache, OB * OS, OS, OS, NULL, NULL, 64};
+    int64_t slot = 1;
+    vt_error err;
+    CHECK(vt_tq_store(&c, VT_DTYPE_F32, k, OD * 4, OD * 4, v, OD * 4, OD * 4, &slot, 1, &err) == VT_OK, "store: %s",
+          err.message);
+    const uint8_t *s = cache + OS;
+    int ok = 1;
+    for (int i = 0; i < 32; i++) ok &= s[i] == 0x44;        /* y = -46: 4-bit code 4 (LUT -43) */
+    for (int i = 32; i < 48; i++) ok &= s[i] == 0xFF;       /* zero block: 3-bit code 3, low plane */
+    for (int i = 48; i < 56; i++) ok &= s[i] == 0x00;       /* high plane */
+    for (int i = 56; i < 120; i++) ok &= s[i] == 0x77;      /* zero V: 4-bit code 7 */
+    CHECK(ok, "octave codes");
+    CHECK(s[120] == 0xF4 && s[121] == 0x3D && s[122] == 0 && s[123] == 0 && s[124] == 0 && s[125] == 0,
+          "fp16 scales: K block 0 381/256, block 1 and V zero");
+    for (int i = 0; i < OS; i++) CHECK(cache[i] == 0x5A, "slot 0 byte %d written", i);
+    CHECK(s[126] == 0x5A && s[127] == 0x5A, "pad bytes written");
+    float ko[OD], vo[OD];
+    CHECK(vt_tq_gather(&c, &slot, 1, ko, vo, 1, &err) == VT_OK, "gather: %s", err.message);
+    ok = ko[0] == 16383.0f / 2048.0f;
+    for (int i = 1; i < OD; i++) ok &= ko[i] == 0.0f && vo[i] == 0.0f;
+    CHECK(ok && vo[0] == 0.0f, "octave read: k[0] %g", ko[0]);
+    memcpy(before, cache, sizeof cache);
+    static const int64_t bad_rope[] = {32, -64, 192};
+    for (int i = 0; i < 3; i++) {
+        vt_tq_cache m = c;
+        m.rope_dim = bad_rope[i];
+        CHECK(vt_tq_store(&m, VT_DTYPE_F32, k, OD * 4, OD * 4, v, OD * 4, OD * 4, &slot, 1, &err) == VT_ERR_VALUE &&
+                  strstr(err.message, "rope_dim must be a multiple of 64") != NULL,
+              "rope_dim %lld refused", (long long)bad_rope[i]);
+    }
+    vt_tq_cache m = c;
+    m.head_size = 96;
+    CHECK(vt_tq_store(&m, VT_DTYPE_F32, k, OD * 4, OD * 4, v, OD * 4, OD * 4, &slot, 1, &err) == VT_ERR_VALUE &&
+              strstr(err.message, "a multiple of 64") != NULL,
+          "head size 96 refused");
+    CHECK(memcmp(before, cache, sizeof cache) == 0, "a refused octave store wrote");
+}
+
 int main(void) {
     if (vt_runtime_init(NULL, NULL) != VT_OK) return 2;
     test_store_against_reference();
     test_geometry();
     test_cache_round_trip();
     test_turboquant();
+    test_octave();
     char ok[64];
     snprintf(ok, sizeof ok, "OK (isa up to %s)", vt_isa_name(vt_isa_best()));
     return finish("test_kvcache", ok);

@@ -207,8 +207,7 @@ def test_every_vllm_value_is_stored_or_refused_with_the_cpu_reason(vllm_resolver
     stored = {x for x in vt.VLLM_KV_CACHE_DTYPES if x in vt.KV_CACHE_DTYPES}
     refused = set(vt.KV_CACHE_DTYPES_NOT_STORED)
     assert not stored & refused and stored | refused == set(vt.VLLM_KV_CACHE_DTYPES)
-    assert refused == {"fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
-                       "nvfp4", "nvfp4_4over6"}
+    assert refused == {"fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "nvfp4", "nvfp4_4over6"}
     cpu_attn = vllm_source.read("vllm/v1/attention/backends/cpu_attn.py")
     accepted = cpu_attn[cpu_attn.index("supported_kv_cache_dtypes"):cpu_attn.index("def get_supported_kernel")]
     for name, why in vt.KV_CACHE_DTYPES_NOT_STORED.items():

@@ -34,10 +34,14 @@ def test_dtype_lists_come_from_the_table():
     names = [d.name for d in vt.DTYPES]
     assert names == ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head",
                      "int4_per_token_head", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
-                     "turboquant_3bit_nc", "ultraquant_4bit"]
+                     "turboquant_3bit_nc", "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact"]
     assert vt.TURBOQUANT_DTYPES == tuple(names[8:12])
     assert vt.SLOT_DTYPES == tuple(names[8:]) and {d.family for d in vt.DTYPES if d.name in vt.SLOT_DTYPES} == {
-        "turboquant", "ultraquant"}
+        "turboquant", "ultraquant", "octave"}
+    # the slot read's K basis, vLLM's boundary layers and the rope-dependent layout are row fields
+    assert [d.name for d in vt.DTYPES if d.key_basis == "hadamard"] == names[9:13]
+    assert [d.name for d in vt.DTYPES if d.boundary_layers] == names[8:13]
+    assert {d.name: d.rope_block for d in vt.DTYPES if d.rope_block} == {"octave_k3v4": 64, "octave_k3v3": 64}
     assert vt.FP8_DTYPES == ("fp8_e4m3", "fp8_e5m2")
     # the read's query rounding is a row field: vLLM's UltraQuant rounds the rotated query to e4m3fn
     assert {d.name: d.query_dtype for d in vt.DTYPES if d.query_dtype != "float32"} == {"ultraquant_4bit": "fp8_e4m3"}

@@ -369,9 +369,9 @@ class Session:
         self.model = model
         self.kv_cache_dtype = kv_cache_dtype
         num_blocks = max(-(-int(max_tokens) // block_size), 1)
-        # the slot formats (turboquant_*, ultraquant_4bit): one uint8 slot cache per quantized layer
-        # (vt.turboquant_store / turboquant_attention); vLLM's boundary layers, and the paged cache below, stay
-        # float32
+        # the slot formats (turboquant_*, ultraquant_4bit, octave_*): one uint8 slot cache per quantized layer
+        # (vt.turboquant_store / turboquant_attention); vLLM's boundary layers (the row's boundary_layers), and the
+        # paged cache below, stay float32; every head dim is rotary here (the decoder's RoPE)
         self.turboquant = kv_cache_dtype if kv_cache_dtype in vt.SLOT_DTYPES else None
         if turboquant_prefill == "vllm" and self.turboquant and self.turboquant not in vt.TURBOQUANT_DTYPES:
             raise NotImplementedError(f"Session: turboquant_prefill='vllm' models TurboQuant's prefill rules; "
@@ -381,7 +381,8 @@ class Session:
         if self.turboquant:
             from vtinfer._turboquant import boundary_skip_layers
 
-            skip = {int(x) for x in boundary_skip_layers(c.num_layers)} if turboquant_boundary else set()
+            n_edge = vt.dtype_info(self.turboquant).boundary_layers
+            skip = {int(x) for x in boundary_skip_layers(c.num_layers, n_edge)} if turboquant_boundary else set()
             slot = vt.turboquant_slot_bytes(self.turboquant, c.head_dim)
             self._tq = {i: np.zeros((num_blocks, block_size, c.num_kv_heads, slot), np.uint8)
                         for i in range(c.num_layers) if i not in skip}

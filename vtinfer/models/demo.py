@@ -155,9 +155,10 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     ]
     # vLLM 0.33's per-token-head formats: scales computed at store, one per (token, KV head)
     runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES]
-    # vLLM 0.33's slot formats (the TurboQuant presets, UltraQuant): scales inside each (token, KV head) slot;
-    # boundary layers unquantized
-    runs_spec += [(name, "in-slot", 1.0, 1.0) for name in vt.SLOT_DTYPES]
+    # vLLM 0.33's slot formats (the TurboQuant presets, UltraQuant, Octave) that take the model's head size: scales
+    # inside each (token, KV head) slot; TurboQuant's and UltraQuant's boundary layers unquantized
+    runs_spec += [(name, "in-slot", 1.0, 1.0) for name in vt.SLOT_DTYPES
+                  if vt.dtype_info(name).head_size_error(model.config.head_dim) is None]
     # vLLM 0.33's NVFP4 pages: e4m3 block scales per 16 values inside each page, global scale 1.0 (vLLM's default
     # without a checkpoint k_scale); every layer quantized
     if model.config.head_dim % 64 == 0:

@@ -61,6 +61,7 @@ F_UQ_FORMAT = "vllm/v1/attention/ops/ultraquant/format.py"
 F_UQ_REFERENCE = "vllm/v1/attention/ops/ultraquant/reference.py"
 F_NVFP4_EMULATION = "vllm/model_executor/layers/quantization/utils/nvfp4_emulation_utils.py"
 F_UQ_STORE = "vllm/v1/attention/ops/ultraquant/triton_store.py"
+F_OCTAVE = "vllm/v1/attention/ops/rocm_octave.py"
 
 
 class UpstreamUnavailable(RuntimeError):

@@ -32,7 +32,12 @@ typedef enum vt_dtype {
     /* vLLM 0.33 UltraQuant: one uint8 slot per (token, KV head) of FP4 E2M1 codes with a UE8M0 scale per group
      * of 32, keys Hadamard-rotated (csrc/core/kv_store_uq.c) */
     VT_DTYPE_UQ_4BIT = 12,    /* ultraquant_4bit */
-    VT_DTYPE_COUNT = 13
+    /* vLLM 0.33 Octave: one uint8 slot per (token, KV head) of Lloyd-Max codes of sign-flipped, Walsh-Hadamard
+     * rotated rows with fp16 scales (csrc/core/kv_store_octave.c); the K layout depends on the rotary dims */
+    VT_DTYPE_OCT_K3V4 = 13,         /* octave_k3v4: K 4-bit on the rotary dims, 3-bit on the rest; V 4-bit */
+    VT_DTYPE_OCT_K3V3 = 14,         /* octave_k3v3: as k3v4 with 3-bit V */
+    VT_DTYPE_OCT_K3V3_COMPACT = 15, /* octave_k3v3_compact: K 3-bit rotated whole (one scale), V 3-bit */
+    VT_DTYPE_COUNT = 16
 } vt_dtype;
 
 /* How a dtype's values are scaled. */
@@ -62,6 +67,13 @@ typedef enum vt_read_family {
     VT_READ_INT4_ROTATED = 2, /* packed int4 rows of the rotated basis: q rotated, the output rotated back */
     VT_READ_FAMILY_COUNT = 3
 } vt_read_family;
+/* The basis a slot format's read returns K in (and so the basis the query must be in for its dot products). */
+typedef enum vt_key_basis {
+    VT_KEY_BASIS_MODEL = 0,   /* the model's own basis: the query as given */
+    VT_KEY_BASIS_HADAMARD = 1 /* rotated by the orthonormal Sylvester Hadamard H (D a power of two): the query is
+                               * read as q H (TurboQuant's MSE presets, UltraQuant) */
+} vt_key_basis;
+
 /* Value of a flag that names no dtype by itself ("auto": the model's dtype). */
 #define VT_DTYPE_AUTO (-1)
 
@@ -100,16 +112,26 @@ typedef struct vt_dtype_info {
     int rht_block_max;         /* largest power-of-two divisor of head_size (int4's rotation block), 0: any */
     vt_read_family read_family; /* the attention tile family that reads the pages */
     const char *family;        /* the format family, one file each in csrc/core: "plain", "fp8", "per_token_head",
-                                * "int4_per_token_head", "turboquant", "ultraquant" */
+                                * "int4_per_token_head", "turboquant", "ultraquant", "octave" */
     const struct vt_slot_codec *slot; /* page_layout VT_PAGE_SLOTS: the format's slot codec; NULL otherwise */
+    int rope_block;            /* > 0: the slot layout depends on the model's rotary dims (rope_dim), a multiple of
+                                * rope_block in [0, head_size] (Octave: 64); 0: it does not */
+    vt_key_basis key_basis;    /* slot formats: the basis the read returns K in */
+    int boundary_layers;       /* vLLM keeps the first and last min(boundary_layers, num_layers / 2) attention
+                                * layers of a dense model at the model dtype with this format (EngineArgs'
+                                * packed-KV rule: TurboQuant, UltraQuant); 0: none */
 } vt_dtype_info;
 
 /* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */
 VT_API size_t vt_dtype_row_bytes(int dtype, size_t head_size);
 
 /* Slot formats: bytes of one (token, KV head) slot for head_size elements, as vLLM sizes it (TurboQuant's
- * slot_size_aligned, UltraQuant's slot_size); 0 for other dtypes. */
+ * slot_size_aligned, UltraQuant's slot_size, Octave's OctaveFormat.slot_bytes with rope_dim = head_size, vLLM's
+ * rotary dims without a partial_rotary_factor); 0 for other dtypes. */
 VT_API size_t vt_dtype_slot_bytes(int dtype, size_t head_size);
+/* As vt_dtype_slot_bytes for a model whose rotary dims are rope_dim (read only by rows with rope_block > 0);
+ * 0 when rope_dim is not a multiple of the row's rope_block in [0, head_size]. */
+VT_API size_t vt_dtype_slot_bytes_rope(int dtype, size_t head_size, size_t rope_dim);
 
 /* 1 when the slot format `dtype` indexes a caller-given codebook (TurboQuant's MSE key presets), else 0. */
 VT_API int vt_dtype_needs_codebook(int dtype);
