@@ -31,6 +31,8 @@ static const char *const flags_oct_k3v3c[] = {"octave_k3v3_compact", NULL};
     .code_dtype = -1, .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS
 #define TQ_ROW SLOT_ROW, .family = "turboquant", .slot = &vt_slot_turboquant, .boundary_layers = 2
 #define TQ_GEOMETRY .head_multiple = 2, .head_max = VT_SLOT_MAX_D
+/* The MSE presets: Lloyd-Max indices of the Hadamard-rotated unit key, the read renormalising the centroids. */
+#define TQ_MSE_KEYS .norm_correction = 1, .key_basis = VT_KEY_BASIS_HADAMARD
 #define OCTAVE_ROW SLOT_ROW, .family = "octave", .slot = &vt_slot_octave, .head_multiple = 64, \
     .head_max = VT_SLOT_MAX_D
 
@@ -77,23 +79,20 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     /* vLLM 0.33 turboquant/config.py TQ_PRESETS (key bits, value bits, norm correction): one uint8 slot per
      * (token, KV head); elem_bits 8 are the slot cache's bytes (kv_store_tq.c). The MSE key presets rotate the
      * whole head row by one Hadamard transform, so their head size is a power of two. */
-    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4",
-                          .flags = flags_tq_k8v4, TQ_ROW, .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
-    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc",
-                             .flags = flags_tq_4nc, TQ_ROW, .key_basis = VT_KEY_BASIS_HADAMARD, .key_bits = 4, .value_bits = 4, .norm_correction = 1,
-                             TQ_GEOMETRY, .head_pow2 = 1},
-    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc",
-                             .flags = flags_tq_k3v4, TQ_ROW, .key_basis = VT_KEY_BASIS_HADAMARD, .key_bits = 3, .value_bits = 4, .norm_correction = 1,
-                             TQ_GEOMETRY, .head_pow2 = 1},
-    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc",
-                             .flags = flags_tq_3nc, TQ_ROW, .key_basis = VT_KEY_BASIS_HADAMARD, .key_bits = 3, .value_bits = 3, .norm_correction = 1,
-                             TQ_GEOMETRY, .head_pow2 = 1},
+    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4", .flags = flags_tq_k8v4, TQ_ROW,
+                          .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
+    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc", .flags = flags_tq_4nc, TQ_ROW,
+                             .key_bits = 4, .value_bits = 4, TQ_MSE_KEYS, TQ_GEOMETRY, .head_pow2 = 1},
+    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc", .flags = flags_tq_k3v4, TQ_ROW,
+                             .key_bits = 3, .value_bits = 4, TQ_MSE_KEYS, TQ_GEOMETRY, .head_pow2 = 1},
+    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc", .flags = flags_tq_3nc, TQ_ROW,
+                             .key_bits = 3, .value_bits = 3, TQ_MSE_KEYS, TQ_GEOMETRY, .head_pow2 = 1},
     /* vLLM 0.33 ultraquant/format.py: FP4 E2M1 codes, two per byte, and one UE8M0 scale byte per group of 32,
      * keys rotated by one Hadamard transform of the whole row (kv_store_uq.c). */
-    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .flags = flags_uq4, SLOT_ROW, .key_bits = 4, .value_bits = 4, .head_multiple = 32,
-                          .head_max = VT_SLOT_MAX_D, .head_pow2 = 1, .family = "ultraquant",
-                          .query_dtype = VT_DTYPE_FP8_E4M3, .slot = &vt_slot_ultraquant,
-                          .key_basis = VT_KEY_BASIS_HADAMARD, .boundary_layers = 2},
+    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .flags = flags_uq4, SLOT_ROW,
+                          .key_bits = 4, .value_bits = 4, .head_multiple = 32, .head_max = VT_SLOT_MAX_D, .head_pow2 = 1,
+                          .family = "ultraquant", .key_basis = VT_KEY_BASIS_HADAMARD, .boundary_layers = 2,
+                          .query_dtype = VT_DTYPE_FP8_E4M3, .slot = &vt_slot_ultraquant},
     /* vLLM 0.33 rocm_octave.py (OctaveFormat, reference_quantize): sign flips and Walsh-Hadamard rotations, Lloyd-Max
      * int8 codebooks, fp16 scales; K per 64-dim block (4-bit on the rotary dims) or, compact, whole; the read gives
      * K and V in the model's basis (kv_store_octave.c). Every layer is quantized (no boundary layers). */
