@@ -9,8 +9,8 @@ are filled by PagedKVCache.store, except int4_per_token_head, which has no
 PagedKVCache here: its caller-owned caches (vLLM's uint8 page views) are
 filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
 (causal: vLLM's int4 read is causal only; one query at the last position sees
-every key). ``--slots`` adds the slot formats turboquant_k8v4 and
-ultraquant_4bit (vt.turboquant_store into one uint8 slot cache, read by
+every key). ``--slots`` adds the slot formats turboquant_k8v4,
+ultraquant_4bit and octave_k3v4 (vt.turboquant_store into one uint8 slot cache, read by
 vt.turboquant_attention: a dequantized float32 copy of the referenced blocks,
 then the float32 read). ``--ggml`` adds ggml's CPU flash attention
 (``ggml_flash_attn_ext``) over the same K / V values as f16, q8_0 and q4_0,
@@ -36,7 +36,7 @@ from _common import GGML_HOWTO, ggml_flash_attn
 
 DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 INT4 = "int4_per_token_head"
-SLOTS = ("turboquant_k8v4", "ultraquant_4bit")
+SLOTS = ("turboquant_k8v4", "ultraquant_4bit", "octave_k3v4")
 GGML_TYPES = ("f16", "q8_0", "q4_0")
 
 
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-int4", action="store_true", help="leave out int4_per_token_head")
-    ap.add_argument("--slots", action="store_true", help="add turboquant_k8v4 and ultraquant_4bit")
+    ap.add_argument("--slots", action="store_true", help="add turboquant_k8v4, ultraquant_4bit and octave_k3v4")
     ap.add_argument("--ggml", default=None, help="a ggml source tree, for same-run ggml figures; " + GGML_HOWTO)
     ap.add_argument("--ggml-lib", default=None, help="the folder of that ggml's built shared libraries")
     ap.add_argument("--out", default=None)

@@ -28,6 +28,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from tests.numerics.signs_file import read_signs
+
 F = np.float32
 
 
@@ -36,11 +38,7 @@ SIGNS_FILE = Path(__file__).with_name("rht_signs.txt")
 
 @functools.cache
 def _all_signs() -> np.ndarray:
-    rows = [ln.strip() for ln in SIGNS_FILE.read_text(encoding="ascii").splitlines()]
-    text = "".join(r for r in rows if r and not r.startswith("#"))
-    if set(text) - {"+", "-"}:
-        raise ValueError(f"{SIGNS_FILE}: only '+' and '-' may follow the comments")
-    return np.where(np.frombuffer(text.encode(), np.uint8) == ord("+"), F(1), F(-1)).astype(F)
+    return read_signs(SIGNS_FILE)
 
 
 def signs(b: int) -> np.ndarray:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.numerics.signs_file import read_signs
+
 F = np.float32
 BLOCK = 64
 LUT = {3: np.array([-127, -79, -45, -14, 14, 45, 79, 127], F),
@@ -24,11 +26,7 @@ SIGNS_FILE = Path(__file__).with_name("octave_signs.txt")
 
 @functools.cache
 def _all_signs() -> np.ndarray:
-    rows = [ln.strip() for ln in SIGNS_FILE.read_text(encoding="ascii").splitlines()]
-    text = "".join(r for r in rows if r and not r.startswith("#"))
-    if set(text) - {"+", "-"}:
-        raise ValueError(f"{SIGNS_FILE}: only '+' and '-' may follow the comments")
-    return np.where(np.frombuffer(text.encode(), np.uint8) == ord("+"), F(1), F(-1)).astype(F)
+    return read_signs(SIGNS_FILE)
 
 
 def signs(d: int) -> np.ndarray:

@@ -231,35 +231,6 @@ def test_attention_matches_oracle_over_dequantized_cache(fmt, Hkv, H):
                 {"softmax_scale": D ** -0.5}, what=f"{fmt} GQA {H // Hkv}")
 
 
-def test_functional_forms_and_torch_op_take_it():
-    """reshape_and_cache_flash / flash_attn_varlen_func with an Octave kv_cache_dtype are turboquant_store /
-    turboquant_attention on the one slot cache (and so are the torch ops)."""
-    rng = np.random.default_rng(6)
-    D, T, fmt = 128, 20, "octave_k3v3"
-    S = vt.turboquant_slot_bytes(fmt, D)
-    k, v = rows(rng, T, 2, D, "bfloat16", False), rows(rng, T, 2, D, "bfloat16", False)
-    slots = np.arange(T, dtype=np.int64)
-    a = np.zeros((2, 16, 2, S), np.uint8)
-    b = np.zeros_like(a)
-    vt.reshape_and_cache_flash(k, v, a, a, slots, fmt, 1.0, 1.0)
-    vt.turboquant_store(k, v, b, slots, fmt)
-    assert np.array_equal(a, b)
-    q = rng.standard_normal((2, 4, D)).astype(ml_dtypes.bfloat16)
-    kw = dict(cu_seqlens_q=np.array([0, 1, 2], np.int32), seqused_k=np.array([20, 9], np.int32),
-              block_table=np.array([[0, 1], [1, 0]], np.int32))
-    o1 = vt.flash_attn_varlen_func(q, a, a, kv_cache_dtype=fmt, **kw)
-    o2 = vt.turboquant_attention(q, a, kv_cache_dtype=fmt, **kw)
-    assert np.array_equal(np.asarray(o1).view(np.uint16), o2.view(np.uint16))
-    torch = pytest.importorskip("torch")
-    import vtinfer.torch  # noqa: F401
-
-    tk = lambda x: torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)  # noqa: E731
-    c = torch.zeros(2, 16, 2, S, dtype=torch.uint8)
-    torch.ops.vtinfer.reshape_and_cache_flash(tk(k), tk(v), c, c, torch.from_numpy(slots), fmt, torch.tensor(1.0),
-                                              torch.tensor(1.0))
-    assert np.array_equal(c.numpy(), a)
-
-
 def test_bad_geometry_gets_the_formats_one_message():
     for fmt, D, rule in [("octave_k3v4", 96, r"a multiple of 64, at most 4096"),
                          ("octave_k3v3", 8192, r"a multiple of 64, at most 4096"),
@@ -326,15 +297,3 @@ def test_plan_resolution_and_rows_equal_vllms(tmp_path):
         assert fmt in vt.SLOT_DTYPES and fmt in vt.KV_CACHE_DTYPES and fmt not in vt.KV_CACHE_DTYPES_NOT_STORED
         with pytest.raises(NotImplementedError, match=f"'{fmt}' is not built for the paged cache yet"):
             vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=128, dtype=fmt)
-
-
-def test_gather_on_the_pool_equals_one_thread():
-    rng = np.random.default_rng(8)
-    T, H, D, fmt = 600, 4, 128, "octave_k3v4"
-    k, v = rows(rng, T, H, D, "bfloat16", False), rows(rng, T, H, D, "bfloat16", False)
-    cache = np.zeros((T // 16 + 1, 16, H, vt.turboquant_slot_bytes(fmt, D)), np.uint8)
-    slots = rng.permutation(cache.shape[0] * 16)[:T].astype(np.int64)
-    vt.turboquant_store(k, v, cache, slots, fmt)
-    one = vt.turboquant_gather(cache, slots, fmt, D, num_threads=1)
-    two = vt.turboquant_gather(cache, slots, fmt, D, num_threads=2)
-    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(one, two))

@@ -238,30 +238,32 @@ def test_attention_matches_oracle_over_dequantized_cache(D, Hkv, H):
                 {"softmax_scale": D ** -0.5}, what=f"{FMT} D={D} GQA {H // Hkv}")
 
 
-def test_functional_forms_and_torch_op_take_it():
-    """reshape_and_cache_flash / flash_attn_varlen_func with kv_cache_dtype='ultraquant_4bit' are
-    turboquant_store / turboquant_attention on the one slot cache (and so are the torch ops)."""
+@pytest.mark.parametrize("fmt", [FMT, "octave_k3v3"])
+def test_functional_forms_and_torch_op_take_it(fmt):
+    """reshape_and_cache_flash / flash_attn_varlen_func with kv_cache_dtype='ultraquant_4bit' (or an Octave
+    format) are turboquant_store / turboquant_attention on the one slot cache (and so are the torch ops)."""
     rng = np.random.default_rng(6)
     D, T = 128, 20
+    S = vt.turboquant_slot_bytes(fmt, D)
     k, v = rows(rng, T, 2, D, "bfloat16", adversarial=False), rows(rng, T, 2, D, "bfloat16", adversarial=False)
     slots = np.arange(T, dtype=np.int64)
-    a = np.zeros((2, 16, 2, 136), np.uint8)
+    a = np.zeros((2, 16, 2, S), np.uint8)
     b = np.zeros_like(a)
-    vt.reshape_and_cache_flash(k, v, a, a, slots, FMT, 1.0, 1.0)
-    vt.turboquant_store(k, v, b, slots, FMT)
+    vt.reshape_and_cache_flash(k, v, a, a, slots, fmt, 1.0, 1.0)
+    vt.turboquant_store(k, v, b, slots, fmt)
     assert np.array_equal(a, b)
     q = rng.standard_normal((2, 4, D)).astype(ml_dtypes.bfloat16)
     kw = dict(cu_seqlens_q=np.array([0, 1, 2], np.int32), seqused_k=np.array([20, 9], np.int32),
               block_table=np.array([[0, 1], [1, 0]], np.int32))
-    o1 = vt.flash_attn_varlen_func(q, a, a, kv_cache_dtype=FMT, **kw)
-    o2 = vt.turboquant_attention(q, a, kv_cache_dtype=FMT, **kw)
+    o1 = vt.flash_attn_varlen_func(q, a, a, kv_cache_dtype=fmt, **kw)
+    o2 = vt.turboquant_attention(q, a, kv_cache_dtype=fmt, **kw)
     assert np.array_equal(np.asarray(o1).view(np.uint16), o2.view(np.uint16))
     torch = pytest.importorskip("torch")
     import vtinfer.torch  # noqa: F401
 
     tk = lambda x: torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)  # noqa: E731
-    c = torch.zeros(2, 16, 2, 136, dtype=torch.uint8)
-    torch.ops.vtinfer.reshape_and_cache_flash(tk(k), tk(v), c, c, torch.from_numpy(slots), FMT, torch.tensor(1.0),
+    c = torch.zeros(2, 16, 2, S, dtype=torch.uint8)
+    torch.ops.vtinfer.reshape_and_cache_flash(tk(k), tk(v), c, c, torch.from_numpy(slots), fmt, torch.tensor(1.0),
                                               torch.tensor(1.0))
     assert np.array_equal(c.numpy(), a)
 
@@ -310,7 +312,7 @@ def test_slot_bytes_pages_boundary_layers_and_resolution_equal_vllms(vllm_source
     assert FMT in vt.SLOT_DTYPES and FMT not in vt.TURBOQUANT_DTYPES and FMT not in vt.KV_CACHE_DTYPES_NOT_STORED
 
 
-@pytest.mark.parametrize("fmt", ["ultraquant_4bit", "turboquant_k8v4"])
+@pytest.mark.parametrize("fmt", ["ultraquant_4bit", "turboquant_k8v4", "octave_k3v4"])
 def test_gather_on_the_pool_equals_one_thread(fmt):
     rng = np.random.default_rng(7)
     T, H, D = 600, 4, 128
