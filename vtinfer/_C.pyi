@@ -54,6 +54,7 @@ class PagedKVCache:
     page_bytes: int
     nbytes: int
     element_size: int
+    rope_dim: int
     exports: int
     released: bool
     k_scale: np.ndarray
@@ -71,6 +72,7 @@ class PagedKVCache:
         v_scale: Any = 1.0,
         *,
         model_dtype: str | None = None,
+        rope_dim: int | None = None,
     ) -> PagedKVCache: ...
     def key_cache(self, layer: int, /) -> np.ndarray: ...
     def value_cache(self, layer: int, /) -> np.ndarray: ...

@@ -99,7 +99,11 @@ class PagedKVCache(_C.PagedKVCache):
         ``"auto"`` with ``model_dtype=``. ``"int4_per_token_head"`` packs
         two codes per byte: its K/V views are uint8 with a last dimension
         of ``D / 2``; ``head_size`` must be even, at most 4096, with a
-        rotation block (largest power-of-two divisor) of at most 1024.
+        rotation block (largest power-of-two divisor) of at most 1024. A slot
+        format (``vt.SLOT_DTYPES``: TurboQuant, UltraQuant, Octave) keeps K and
+        V of a (token, KV head) in one uint8 slot: :meth:`key_cache` and
+        :meth:`value_cache` are the same ``[num_blocks, block_size, H_kv,
+        slot_bytes]`` view (vLLM's one slot cache per layer).
     layout : {"NHD", "HND"}
         ``NHD`` stores each layer's K (and V) as ``[num_blocks, block_size,
         H_kv, D]`` (vLLM's default); ``HND`` as ``[num_blocks, H_kv,
@@ -112,6 +116,10 @@ class PagedKVCache(_C.PagedKVCache):
         them.
     model_dtype : str, optional
         The model's dtype, required when ``dtype="auto"``.
+    rope_dim : int, optional
+        The model's rotary dims, which size an Octave slot (a multiple of 64 in
+        ``[0, head_size]``); default ``head_size`` (vLLM's answer without a
+        ``partial_rotary_factor``). Other dtypes ignore it.
 
     Notes
     -----
@@ -186,8 +194,26 @@ class PagedKVCache(_C.PagedKVCache):
             later token's values are kept.
         num_threads : int, optional
             Threads to use; default ``VTINFER_NUM_THREADS`` or the CPU affinity.
+            A slot format stores through :func:`vtinfer.turboquant_store` on the
+            layer's slot cache (one thread).
         """
+        if self._slots:
+            from vtinfer._turboquant import turboquant_store
+
+            _layer_index(layer, self.num_layers, "PagedKVCache.store")
+            return turboquant_store(key, value, self._slot_view(layer), slot_mapping, self.dtype)
         return super().store(layer, key, value, slot_mapping, num_threads=num_threads)
+
+    @property
+    def _slots(self) -> bool:
+        from vtinfer._dtypes import SLOT_DTYPES
+
+        return self.dtype in SLOT_DTYPES
+
+    def _slot_view(self, layer: int) -> np.ndarray:
+        """A slot format's layer as ``[num_blocks, block_size, H_kv, slot_bytes]`` (HND permuted, no copy)."""
+        k = self.key_cache(layer)
+        return k.transpose(0, 2, 1, 3) if self.layout == "HND" else k
 
     @_framework.follows("slots")
     def gather(self, layer: int, slots: Any, *, rotated: bool = False) -> tuple[Any, Any]:
@@ -203,8 +229,15 @@ class PagedKVCache(_C.PagedKVCache):
         inverse butterfly runs in float32 (``log2(b)`` rounded additions per
         element, then an exact ``/ b``). ``rotated=True`` returns ``y``
         itself, the rotated values the read works on (ValueError for any
-        other dtype).
+        other dtype). A slot format reads as :func:`vtinfer.turboquant_gather`
+        (K in the basis its row names: rotated for TurboQuant's MSE presets and
+        UltraQuant).
         """
+        if self._slots and not rotated:
+            from vtinfer._turboquant import turboquant_gather
+
+            _layer_index(layer, self.num_layers, "PagedKVCache.gather")
+            return turboquant_gather(self._slot_view(layer), slots, self.dtype, self.head_size)
         return super().gather(layer, slots, rotated=rotated)
 
     def layer_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
@@ -234,7 +267,8 @@ class PagedKVCache(_C.PagedKVCache):
         a per-token-head dtype its scale planes as ``k_scale_cache`` /
         ``v_scale_cache`` (``int4_per_token_head``: the ``D / 2``-byte code
         views, queries rotated and the output rotated back by the read;
-        ``causal=True`` only, as in vLLM).
+        ``causal=True`` only, as in vLLM); a slot format's one slot cache as
+        both ``k`` and ``v`` (:func:`vtinfer.turboquant_attention`'s read).
         Other keyword arguments go to ``flash_attn_varlen_func`` unchanged.
 
         Parameters
@@ -262,6 +296,9 @@ class PagedKVCache(_C.PagedKVCache):
         elif kind == "token_head":  # per-token-head: the layer's scale planes
             kwargs.setdefault("k_scale_cache", self.k_scale_cache(layer))
             kwargs.setdefault("v_scale_cache", self.v_scale_cache(layer))
+            kwargs.setdefault("kv_cache_dtype", self.dtype)
+        elif kind == "slot":  # one slot cache, K and V together
+            v = k
             kwargs.setdefault("kv_cache_dtype", self.dtype)
         return _attention.flash_attn_varlen_func(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, **kwargs

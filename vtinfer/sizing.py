@@ -300,4 +300,5 @@ def kv_cache_args(model: Any, kv_cache_dtype: str = "auto", block_size: int = 16
 
     return dict(num_layers=geo.num_layers, num_blocks=plan.num_blocks, block_size=block_size,
                 num_kv_heads=kv, head_size=geo.head_dim, dtype=plan.dtype,
-                k_scale=arr([s.k_scale for s in sc]), v_scale=arr([s.v_scale for s in sc]))
+                k_scale=arr([s.k_scale for s in sc]), v_scale=arr([s.v_scale for s in sc]),
+                rope_dim=geo.rope_dim())  # Octave's slot (the config's rotary share); other dtypes ignore it

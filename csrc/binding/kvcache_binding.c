@@ -2,7 +2,7 @@
  *
  *   class _C.PagedKVCache:
  *       __new__(num_layers, num_blocks, block_size, num_kv_heads, head_size, dtype,
- *               layout="NHD", k_scale=1.0, v_scale=1.0, *, model_dtype=None)
+ *               layout="NHD", k_scale=1.0, v_scale=1.0, *, model_dtype=None, rope_dim=None)
  *       key_cache(layer) / value_cache(layer) -> ndarray view (uint8 for fp8)
  *       store(layer, key, value, slot_mapping, *, num_threads=None)
  *       gather(layer, slots, *, rotated=False) -> (k float32 [n, H, D], v float32 [n, H, D])
@@ -104,6 +104,7 @@ static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     char *const *kwlist = kv_new_sig.kwlist;
     int64_t dims[5];
     PyObject *dtype_obj = a[5], *layout_obj = a[6], *k_obj = a[7], *v_obj = a[8], *model_obj = vt_arg_or_none(a[9]);
+    PyObject *rope_obj = vt_arg_or_none(a[10]);
     for (int i = 0; i < 5; i++) /* the core refuses values < 1 by name; here only what is not a 64-bit int */
         if (vt_int_arg(dims_obj[i], fn, kwlist[i], INT64_MIN, INT64_MAX, &dims[i]) < 0) return NULL;
     const int64_t L = dims[0], nb = dims[1], bs = dims[2], H = dims[3], D = dims[4];
@@ -132,7 +133,9 @@ static PyObject *kv_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
             return NULL;
         }
     }
-    vt_kv_cache_config cfg = {L, nb, bs, H, D, (vt_dtype)dtype, layout};
+    int64_t rope = D; /* no rope_dim: every dim rotary (vLLM's rule without a partial_rotary_factor) */
+    if (rope_obj != Py_None && vt_int_arg(rope_obj, fn, "rope_dim", INT64_MIN, INT64_MAX, &rope) < 0) return NULL;
+    vt_kv_cache_config cfg = {L, nb, bs, H, D, (vt_dtype)dtype, layout, rope};
     vt_error err;
     vt_kv_cache *c = NULL;
     /* Check the geometry (and overflow) before scales so that a bad size is
@@ -336,9 +339,15 @@ static PyObject *kv_repr(PyObject *op) {
     (void)vt_kv_cache_scales(c, 0, &km);
     (void)vt_kv_cache_scales(c, 1, &vm);
     char buf[512], scales[96];
+    const vt_dtype_info *di = vt_dtype_get(g->dtype);
     if (vt_dtype_per_token_head(g->dtype)) /* the tensor scales are unused: say where the scales are */
         snprintf(scales, sizeof scales, "scales=per-token-head float32 planes%s",
                  g->dtype == VT_DTYPE_INT4_PTH ? ", codes=2 per byte (rotated)" : "");
+    else if (di->page_layout == VT_PAGE_SLOTS && di->rope_block > 0)
+        snprintf(scales, sizeof scales, "scales=in-slot, slot_bytes=%zu, rope_dim=%lld", vt_kv_cache_row_bytes(c),
+                 (long long)g->rope_dim);
+    else if (di->page_layout == VT_PAGE_SLOTS)
+        snprintf(scales, sizeof scales, "scales=in-slot, slot_bytes=%zu", vt_kv_cache_row_bytes(c));
     else
         snprintf(scales, sizeof scales, "k_scale=%s, v_scale=%s", modes[km], modes[vm]);
     snprintf(buf, sizeof buf,
@@ -367,6 +376,7 @@ KV_INT_GETTER(head_size, vt_kv_cache_get_config(c)->head_size)
 KV_INT_GETTER(page_bytes, vt_kv_cache_page_bytes(c))
 KV_INT_GETTER(nbytes, vt_kv_cache_nbytes(c))
 KV_INT_GETTER(element_size, vt_kv_cache_elem_bytes(c))
+KV_INT_GETTER(rope_dim, vt_kv_cache_get_config(c)->rope_dim)
 KV_INT_GETTER(exports, atomic_load(&((KVCacheObject *)op)->exports))
 
 static PyObject *kv_get_dtype(PyObject *op, void *closure) {
@@ -418,6 +428,8 @@ static PyGetSetDef kv_getset[] = {
     {"page_bytes", kv_get_page_bytes, NULL, "Bytes of one block over all layers, K and V.", NULL},
     {"nbytes", kv_get_nbytes, NULL, "Bytes of the allocation (each layer's K and V padded to 64 bytes).", NULL},
     {"element_size", kv_get_element_size, NULL, "Bytes per stored element.", NULL},
+    {"rope_dim", kv_get_rope_dim, NULL,
+     "The rotary dims the slot layout was sized for (Octave reads them; head_size unless given).", NULL},
     {"exports", kv_get_exports, NULL, "Live NumPy views and DLPack exports pinning the storage.", NULL},
     {"released", kv_get_released, NULL, "True after release().", NULL},
     {"k_scale", kv_get_k_scale, kv_set_k_scale,

@@ -48,7 +48,8 @@ static PyObject *pinned_view(KVCacheObject *self, PyArray_Descr *d, int nd, npy_
 }
 
 /* NumPy view of K (which 0) or V (1) of a layer: the layout's shape,
- * contiguous, writable, uint8 for fp8 (and for int4's packed codes, last dimension D / 2). */
+ * contiguous, writable, uint8 for fp8 (and for int4's packed codes, last dimension D / 2; for a slot format the
+ * one slot cache, last dimension the slot bytes, the same storage for K and V). */
 static PyObject *kv_view(KVCacheObject *self, PyObject *layer_obj, int which) {
     const char *fn = which ? "PagedKVCache.value_cache" : "PagedKVCache.key_cache";
     vt_module_state *st = vt_state_from_type(Py_TYPE(self));
@@ -145,13 +146,15 @@ static PyObject *kv_dlpack_capsule(KVCacheObject *self, int64_t layer, int which
         inner[2] = g->block_size;
     }
     int nd = 0;
+    /* a slot format keeps K and V in one slot cache: one region per layer, the K / V axis of stride 0 */
+    const int64_t kv_stride = vt_dtype_get(g->dtype)->page_layout == VT_PAGE_SLOTS ? 0 : region;
     if (layer < 0) {
         e->shape[nd] = g->num_layers;
-        e->strides[nd++] = 2 * region;
+        e->strides[nd++] = region + kv_stride;
     }
     if (which < 0) {
         e->shape[nd] = 2;
-        e->strides[nd++] = region;
+        e->strides[nd++] = kv_stride;
     }
     int64_t stride = 1;
     for (int i = 3; i >= 0; i--) {

@@ -230,7 +230,8 @@
     X(layout, "'NHD'")                                                                                               \
     X(k_scale, "1.0")                                                                                                \
     X(v_scale, "1.0")                                                                                                \
-    X(model_dtype, "None")
+    X(model_dtype, "None")                                                                                           \
+    X(rope_dim, "None")
 #define VT_KV_STORE_NPOS 4
 #define VT_KV_STORE_ARGS(X)                                                                                          \
     X(layer, NULL)                                                                                                   \

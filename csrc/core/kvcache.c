@@ -6,6 +6,7 @@
 
 #include "kvcache_internal.h"
 #include "vt_internal.h"
+#include "vtinfer/turboquant.h"
 
 #define KV_ALIGN ((size_t)64)
 
@@ -48,23 +49,28 @@ vt_status vt_kv_cache_sizes(const vt_kv_cache_config *cfg, const char *fn, size_
     if (!di) return vt_error_set(err, VT_ERR_VALUE, "%s: dtype must be a storage dtype; got id %d", fn, (int)cfg->dtype);
     vt_status gst = vt_dtype_check_head_size(cfg->dtype, cfg->head_size, fn, "head_size", "dtype", err);
     if (gst != VT_OK) return gst;
-    if (di->page_layout == VT_PAGE_SLOTS) /* one packed K+V slot per (token, head): the cache has no slot layout */
-        return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: dtype '%s' is not built for the paged cache yet (store into "
-                            "a caller-owned slot cache with turboquant_store)", fn, di->name);
     if (cfg->layout != VT_KV_LAYOUT_NHD && cfg->layout != VT_KV_LAYOUT_HND)
         return vt_error_set(err, VT_ERR_VALUE, "%s: layout must be 'NHD' or 'HND'; got id %d", fn, (int)cfg->layout);
+    if (di->rope_block > 0 && (cfg->rope_dim < 0 || cfg->rope_dim > cfg->head_size || cfg->rope_dim % di->rope_block))
+        return vt_error_set(err, VT_ERR_VALUE, "%s: rope_dim must be a multiple of %d in [0, head_size = %lld] for "
+                            "dtype '%s'; got %lld", fn, di->rope_block, (long long)cfg->head_size, di->name,
+                            (long long)cfg->rope_dim);
     size_t row, blk, kv, page, region, total;
     vt_status st;
-    /* Bytes of one head row: D * elem_bytes, D / 2 for int4 (two codes per byte). */
-    const size_t row_elems = (size_t)cfg->head_size * (size_t)di->elem_bits / 8 / di->elem_bytes;
-    if ((st = mul(fn, (size_t)cfg->num_kv_heads, row_elems, &row, err)) ||
-        (st = mul(fn, row, di->elem_bytes, &row, err)) || (st = mul(fn, row, (size_t)cfg->block_size, &blk, err)) ||
+    const size_t regions = vt_kv_regions(cfg->dtype);
+    /* Bytes of one head row: D * elem_bytes, D / 2 for int4 (two codes per byte), a slot format's whole slot. */
+    if (di->page_layout == VT_PAGE_SLOTS)
+        row = vt_dtype_slot_bytes_rope(cfg->dtype, (size_t)cfg->head_size, (size_t)cfg->rope_dim);
+    else
+        row = (size_t)cfg->head_size * (size_t)di->elem_bits / 8;
+    if ((st = mul(fn, (size_t)cfg->num_kv_heads, row, &row, err)) ||
+        (st = mul(fn, row, (size_t)cfg->block_size, &blk, err)) ||
         (st = mul(fn, blk, (size_t)cfg->num_blocks, &kv, err)) ||
-        (st = mul(fn, blk, (size_t)cfg->num_layers, &page, err)) || (st = mul(fn, page, 2, &page, err)))
+        (st = mul(fn, blk, (size_t)cfg->num_layers, &page, err)) || (st = mul(fn, page, regions, &page, err)))
         return st;
     if (vt_size_add(kv, KV_ALIGN - 1, &region) != 0) return mul(fn, SIZE_MAX, 2, &region, err);
     region &= ~(KV_ALIGN - 1);
-    if ((st = mul(fn, region, (size_t)cfg->num_layers, &total, err)) || (st = mul(fn, total, 2, &total, err)))
+    if ((st = mul(fn, region, (size_t)cfg->num_layers, &total, err)) || (st = mul(fn, total, regions, &total, err)))
         return st;
     size_t sregion = 0;
     if ((st = scale_region(cfg, fn, &sregion, err))) return st;
@@ -97,7 +103,9 @@ vt_status vt_kv_cache_create(const vt_kv_cache_config *cfg, vt_kv_cache **out, v
     if (!c) return vt_error_set(err, VT_ERR_NOMEM, "%s: memory must be available; got an allocation failure", fn);
     c->cfg = *cfg;
     c->elem_bytes = vt_dtype_get(cfg->dtype)->elem_bytes;
-    c->row_bytes = vt_dtype_row_bytes(cfg->dtype, (size_t)cfg->head_size);
+    c->row_bytes = vt_dtype_get(cfg->dtype)->page_layout == VT_PAGE_SLOTS
+                       ? vt_dtype_slot_bytes_rope(cfg->dtype, (size_t)cfg->head_size, (size_t)cfg->rope_dim)
+                       : vt_dtype_row_bytes(cfg->dtype, (size_t)cfg->head_size);
     c->kv_bytes = kv;
     c->region_bytes = region;
     c->page_bytes = page;
@@ -176,9 +184,15 @@ vt_status vt_kv_cache_set_scales(vt_kv_cache *c, vt_kv_scale_mode k_mode, const 
     return VT_OK;
 }
 
+size_t vt_kv_regions(vt_dtype dtype) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    return t && t->page_layout == VT_PAGE_SLOTS ? 1 : 2;
+}
+
 void *vt_kv_cache_layer_data(const vt_kv_cache *c, int64_t layer, int which) {
     if (!c || !c->data || layer < 0 || layer >= c->cfg.num_layers || (which != 0 && which != 1)) return NULL;
-    return c->data + ((size_t)layer * 2 + (size_t)which) * c->region_bytes;
+    const size_t regions = vt_kv_regions(c->cfg.dtype); /* a slot cache: K and V share one region */
+    return c->data + ((size_t)layer * regions + (regions == 2 ? (size_t)which : 0)) * c->region_bytes;
 }
 
 float *vt_kv_cache_scale_data(const vt_kv_cache *c, int64_t layer, int which) {
@@ -229,6 +243,20 @@ static vt_status check_layer(const vt_kv_cache *c, const char *fn, int64_t layer
     return VT_OK;
 }
 
+/* A slot format's layer as the slot loops take it (no codebook: the cache holds none). */
+static vt_tq_cache slot_cache(const vt_kv_cache *c, int64_t layer) {
+    const vt_kv_dst d = layer_dst(c, layer, 0);
+    vt_tq_cache t;
+    memset(&t, 0, sizeof t);
+    t.dtype = c->cfg.dtype;
+    t.num_blocks = c->cfg.num_blocks, t.block_size = c->cfg.block_size;
+    t.num_kv_heads = c->cfg.num_kv_heads, t.head_size = c->cfg.head_size;
+    t.rope_dim = c->cfg.rope_dim;
+    t.data = d.base;
+    t.stride_block = d.stride_block, t.stride_pos = d.stride_slot, t.stride_head = d.stride_head;
+    return t;
+}
+
 vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const void *key, int64_t key_stride_token,
                             int64_t key_stride_head, const void *value, int64_t value_stride_token,
                             int64_t value_stride_head, vt_dtype src_dtype, const int64_t *slot_mapping,
@@ -236,6 +264,11 @@ vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const void *key
     static const char fn[] = "PagedKVCache.store";
     vt_status st = check_layer(c, fn, layer, err);
     if (st != VT_OK) return st;
+    if (vt_kv_regions(c->cfg.dtype) == 1) {
+        const vt_tq_cache t = slot_cache(c, layer);
+        return vt_tq_store(&t, src_dtype, key, key_stride_token, key_stride_head, value, value_stride_token,
+                           value_stride_head, slot_mapping, num_tokens, err);
+    }
     vt_kv_store_params p;
     memset(&p, 0, sizeof p);
     p.fn = fn;
@@ -275,6 +308,10 @@ vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const in
     static const char fn[] = "PagedKVCache.gather";
     vt_status st = check_layer(c, fn, layer, err);
     if (st != VT_OK) return st;
+    if (vt_kv_regions(c->cfg.dtype) == 1 && !rotated) {
+        const vt_tq_cache t = slot_cache(c, layer);
+        return vt_tq_gather(&t, slots, n, k_out, v_out, 1, err);
+    }
     const int int4 = c->cfg.dtype == VT_DTYPE_INT4_PTH;
     if (rotated && !int4)
         return vt_error_set(err, VT_ERR_VALUE, "%s: rotated must be False for dtype '%s' (only int4_per_token_head "

@@ -26,4 +26,7 @@ struct vt_kv_cache {
     size_t scale_region_bytes;
 };
 
+/* K and V regions per layer: 2, or 1 for a slot format (K and V in one slot cache). */
+size_t vt_kv_regions(vt_dtype dtype);
+
 #endif /* VTINFER_KVCACHE_INTERNAL_H */

@@ -103,8 +103,9 @@ def test_gather_refusals():
 
 
 def test_other_paths_refuse_the_formats():
-    # The functional forms route TurboQuant to its own store and read (test_kv_formats_tq_functional.py);
-    # the C dense store and attention beneath them, and the paged cache, still refuse the slot formats.
+    # The functional forms route TurboQuant to its own store and read (test_kv_formats_tq_functional.py), and so
+    # does PagedKVCache (test_kv_formats_slot_cache.py); the C dense store and attention beneath the functional
+    # forms refuse the slot formats, and the paged cache's C store refuses an MSE preset (it holds no codebook).
     from vtinfer import _C
 
     a = args()
@@ -114,8 +115,12 @@ def test_other_paths_refuse_the_formats():
         _C.reshape_and_cache_flash(a["key"], a["value"], kc, kc.copy(), a["slot_mapping"], FMT, 1.0, 1.0)
     assert not kc.any()
     for fmt in vt.TURBOQUANT_DTYPES:
-        with pytest.raises(NotImplementedError, match=rf"dtype '{fmt}' is not built for the paged cache yet"):
-            vt.PagedKVCache(1, NB, BS, H, D, fmt)
+        cache = vt.PagedKVCache(1, NB, BS, H, D, fmt)
+        if vt.dtype_info(fmt).needs_codebook:
+            with pytest.raises(ValueError, match=rf"the codebook \(centroids, midpoints\) must be given for "
+                                                 rf"kv_cache_dtype '{fmt}'"):
+                _C.PagedKVCache.store(cache, 0, a["key"], a["value"], a["slot_mapping"])
+            assert not cache.key_cache(0).any()
     q = np.zeros((1, 4, D), np.float32)
     with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'turboquant_k8v4' is not read by this attention"):
         _C.flash_attn_varlen_func(q, kc, kc, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),

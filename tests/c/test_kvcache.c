@@ -130,7 +130,7 @@ static void test_store_against_reference(void) {
 static void test_geometry(void) {
     vt_error err;
     size_t kv, region, page, total, page8;
-    vt_kv_cache_config g = {4, 10, 16, 8, 128, VT_DTYPE_BF16, VT_KV_LAYOUT_NHD};
+    vt_kv_cache_config g = {4, 10, 16, 8, 128, VT_DTYPE_BF16, VT_KV_LAYOUT_NHD, 0};
     CHECK(vt_kv_cache_sizes(&g, "t", &kv, &region, &page, &total, &err) == VT_OK, "%s", err.message);
     CHECK(page == 2u * 4 * 16 * 8 * 128 * 2, "page %zu", page);
     g.dtype = VT_DTYPE_FP8_E4M3;
@@ -139,12 +139,12 @@ static void test_geometry(void) {
     g.num_blocks = 0;
     CHECK(vt_kv_cache_sizes(&g, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_VALUE && strstr(err.message, "num_blocks"),
           "zero: %s", err.message);
-    vt_kv_cache_config big = {1 << 20, 1 << 20, 1 << 20, 1 << 20, 16, VT_DTYPE_F32, VT_KV_LAYOUT_NHD};
+    vt_kv_cache_config big = {1 << 20, 1 << 20, 1 << 20, 1 << 20, 16, VT_DTYPE_F32, VT_KV_LAYOUT_NHD, 0};
     CHECK(vt_kv_cache_sizes(&big, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_OVERFLOW, "overflow");
-    vt_kv_cache_config huge = {INT64_MAX, INT64_MAX, 1, 1, 1, VT_DTYPE_F32, VT_KV_LAYOUT_NHD};
+    vt_kv_cache_config huge = {INT64_MAX, INT64_MAX, 1, 1, 1, VT_DTYPE_F32, VT_KV_LAYOUT_NHD, 0};
     CHECK(vt_kv_cache_sizes(&huge, "t", NULL, NULL, NULL, NULL, &err) == VT_ERR_OVERFLOW, "overflow 2");
     /* int4_per_token_head: vLLM's page, bs * H * 2 * (D / 2 + 4) bytes per layer; odd D refused */
-    vt_kv_cache_config i4 = {3, 5, 16, 2, 80, VT_DTYPE_INT4_PTH, VT_KV_LAYOUT_HND};
+    vt_kv_cache_config i4 = {3, 5, 16, 2, 80, VT_DTYPE_INT4_PTH, VT_KV_LAYOUT_HND, 0};
     CHECK(vt_kv_cache_sizes(&i4, "t", &kv, NULL, &page, NULL, &err) == VT_OK, "int4: %s", err.message);
     CHECK(page == 3u * 16 * 2 * 2 * (80 / 2 + 4) && kv == 5u * 16 * 2 * 40, "int4 page %zu kv %zu", page, kv);
     i4.head_size = 81;
@@ -154,7 +154,7 @@ static void test_geometry(void) {
 }
 
 static void test_cache_round_trip(void) {
-    vt_kv_cache_config g = {2, 4, 4, 2, 16, VT_DTYPE_FP8_E4M3, VT_KV_LAYOUT_HND};
+    vt_kv_cache_config g = {2, 4, 4, 2, 16, VT_DTYPE_FP8_E4M3, VT_KV_LAYOUT_HND, 0};
     vt_kv_cache *c = NULL;
     vt_error err;
     CHECK(vt_kv_cache_create(&g, &c, &err) == VT_OK, "%s", err.message);
@@ -209,7 +209,7 @@ static void test_turboquant(void) {
     float k[2 * TD], v[2 * TD];
     for (int i = 0; i < 2 * TD; i++) k[i] = 0.0f, v[i] = (float)(i % TD) * 2.0f - 4.0f; /* min -4, scale 2 */
     k[0] = 1000.0f, k[1] = -1000.0f, k[2] = 17.0f;
-    vt_tq_cache c = {VT_DTYPE_TQ_K8V4, 1, TB, 1, TD, cache, TB * TS, TS, TS, NULL, NULL};
+    vt_tq_cache c = {VT_DTYPE_TQ_K8V4, 1, TB, 1, TD, cache, TB * TS, TS, TS, NULL, NULL, 0};
     int64_t slots[2] = {2, -1};
     vt_error err;
     CHECK(vt_tq_store(&c, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, slots, 2, &err) == VT_OK, "store: %s",
@@ -291,6 +291,29 @@ static void test_octave(void) {
               strstr(err.message, "a multiple of 64") != NULL,
           "head size 96 refused");
     CHECK(memcmp(before, cache, sizeof cache) == 0, "a refused octave store wrote");
+
+    /* the paged cache holds the same slots: one region per layer (K and V the same storage), the same bytes */
+    vt_kv_cache_config g = {2, OB, 1, 1, OD, VT_DTYPE_OCT_K3V4, VT_KV_LAYOUT_NHD, 64};
+    vt_kv_cache *pc = NULL;
+    CHECK(vt_kv_cache_create(&g, &pc, &err) == VT_OK, "octave cache: %s", err.message);
+    CHECK(vt_kv_cache_row_bytes(pc) == OS && vt_kv_cache_page_bytes(pc) == 2 * OS &&
+              vt_kv_cache_layer_data(pc, 1, 0) == vt_kv_cache_layer_data(pc, 1, 1) &&
+              vt_kv_cache_layer_data(pc, 1, 0) != vt_kv_cache_layer_data(pc, 0, 0),
+          "octave cache geometry");
+    CHECK(vt_kv_cache_store(pc, 1, k, OD * 4, OD * 4, v, OD * 4, OD * 4, VT_DTYPE_F32, &slot, 1, 1, &err) == VT_OK &&
+              memcmp((const uint8_t *)vt_kv_cache_layer_data(pc, 1, 0) + OS, s, 126) == 0,
+          "the cache's store writes the slot loops' bytes: %s", err.message);
+    vt_kv_cache_free(pc);
+    g.rope_dim = 32;
+    CHECK(vt_kv_cache_create(&g, &pc, &err) == VT_ERR_VALUE && strstr(err.message, "rope_dim") != NULL && !pc,
+          "rope_dim 32 refused by the cache");
+    g.rope_dim = 0;
+    g.dtype = VT_DTYPE_TQ_4BIT_NC;
+    CHECK(vt_kv_cache_create(&g, &pc, &err) == VT_OK, "tq cache: %s", err.message);
+    CHECK(vt_kv_cache_store(pc, 0, k, OD * 4, OD * 4, v, OD * 4, OD * 4, VT_DTYPE_F32, &slot, 1, 1, &err) ==
+                  VT_ERR_VALUE && strstr(err.message, "codebook") != NULL,
+          "an MSE preset needs the caller's codebook");
+    vt_kv_cache_free(pc);
 }
 
 int main(void) {

@@ -13,7 +13,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const vt_dtype cache_dtypes[] = {VT_DTYPE_F32,      VT_DTYPE_F16,      VT_DTYPE_BF16,
                                         VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
-                                        VT_DTYPE_FP8_PTH,  VT_DTYPE_INT4_PTH};
+                                        VT_DTYPE_FP8_PTH,  VT_DTYPE_INT4_PTH, VT_DTYPE_TQ_K8V4,
+                                        VT_DTYPE_UQ_4BIT,  VT_DTYPE_OCT_K3V4, VT_DTYPE_OCT_K3V3_COMPACT};
 static const vt_dtype src_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -22,13 +23,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* geometry sizes with raw 64-bit values: overflow checks only, no allocation */
     vt_kv_cache_config raw = {(int64_t)fz_bits(&f, 8), (int64_t)fz_bits(&f, 8), (int64_t)fz_bits(&f, 8),
                               (int64_t)fz_bits(&f, 8), (int64_t)fz_bits(&f, 8),
-                              (vt_dtype)fz_range(&f, -1, 12), (vt_kv_layout)fz_range(&f, -1, 3)};
+                              (vt_dtype)fz_range(&f, -1, VT_DTYPE_COUNT), (vt_kv_layout)fz_range(&f, -1, 3),
+                              (int64_t)fz_bits(&f, 8)};
     size_t a, b, c, d;
     (void)vt_kv_cache_sizes(&raw, "fuzz", &a, &b, &c, &d, &err);
 
     vt_kv_cache_config cfg = {fz_range(&f, 1, 3), fz_range(&f, 1, 8), fz_range(&f, 1, 16), fz_range(&f, 1, 4),
-                              fz_range(&f, 1, 64), cache_dtypes[fz_range(&f, 0, 7)],
-                              (vt_kv_layout)fz_range(&f, 0, 1)};
+                              fz_range(&f, 1, 64), cache_dtypes[fz_range(&f, 0, 11)],
+                              (vt_kv_layout)fz_range(&f, 0, 1), fz_range(&f, -64, 128)};
     vt_kv_cache *cache = NULL;
     if (vt_kv_cache_create(&cfg, &cache, &err) != VT_OK) return 0;
     const int64_t L = cfg.num_layers, H = cfg.num_kv_heads, D = cfg.head_size;

@@ -295,5 +295,8 @@ def test_plan_resolution_and_rows_equal_vllms(tmp_path):
         assert (info.family, info.page_layout, info.scale_kind, info.key_basis, info.boundary_layers) == (
             "octave", "slots", "slot", "model", 0)
         assert fmt in vt.SLOT_DTYPES and fmt in vt.KV_CACHE_DTYPES and fmt not in vt.KV_CACHE_DTYPES_NOT_STORED
-        with pytest.raises(NotImplementedError, match=f"'{fmt}' is not built for the paged cache yet"):
-            vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=128, dtype=fmt)
+    for r in (32, 192):
+        with pytest.raises(ValueError, match=rf"PagedKVCache: rope_dim must be a multiple of 64 in \[0, head_size = "
+                                             rf"128\] for dtype 'octave_k3v4'; got {r}"):
+            vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=128,
+                            dtype="octave_k3v4", rope_dim=r)

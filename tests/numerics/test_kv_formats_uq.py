@@ -277,8 +277,9 @@ def test_bad_geometry_gets_the_formats_one_message():
                                              + str(D)):
             vt.turboquant_store(k, k, cache, np.zeros(1, np.int64), FMT)
         assert not cache.any()
-    with pytest.raises(NotImplementedError, match="'ultraquant_4bit' is not built for the paged cache yet"):
-        vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=128, dtype=FMT)
+    with pytest.raises(ValueError, match=r"PagedKVCache: head_size must be a power of two from 32 to 4096 .* for dtype "
+                                         r"'ultraquant_4bit'; got 48"):
+        vt.PagedKVCache(num_layers=1, num_blocks=1, block_size=16, num_kv_heads=1, head_size=48, dtype=FMT)
 
 
 def test_slot_bytes_pages_boundary_layers_and_resolution_equal_vllms(vllm_source, tmp_path):
