@@ -156,17 +156,6 @@ CONVERT(c_f16_bf16, ld_f16, 2, st_bf16, 2, VT_DTYPE_F16, VT_DTYPE_BF16)
 CONVERT(c_bf16_f32, ld_bf16, 2, st_f32, 4, VT_DTYPE_BF16, VT_DTYPE_F32)
 CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2, VT_DTYPE_BF16, VT_DTYPE_F16)
 
-/* The copies (same dtype) are the scalar twins' memcpy. */
-const vt_codec_kernels vt_codec_avx2 = {
-    .quant = {[VT_DTYPE_F32] = {q_f32_e4m3, q_f32_e5m2},
-              [VT_DTYPE_F16] = {q_f16_e4m3, q_f16_e5m2},
-              [VT_DTYPE_BF16] = {q_bf16_e4m3, q_bf16_e5m2}},
-    .dequant = {{[VT_DTYPE_F32] = d_e4m3_f32, [VT_DTYPE_F16] = d_e4m3_f16, [VT_DTYPE_BF16] = d_e4m3_bf16},
-                {[VT_DTYPE_F32] = d_e5m2_f32, [VT_DTYPE_F16] = d_e5m2_f16, [VT_DTYPE_BF16] = d_e5m2_bf16}},
-    .convert = {[VT_DTYPE_F32] = {[VT_DTYPE_F32] = vt_copy_4, [VT_DTYPE_F16] = c_f32_f16, [VT_DTYPE_BF16] = c_f32_bf16},
-                [VT_DTYPE_F16] = {[VT_DTYPE_F32] = c_f16_f32, [VT_DTYPE_F16] = vt_copy_2, [VT_DTYPE_BF16] = c_f16_bf16},
-                [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = c_bf16_f32, [VT_DTYPE_F16] = c_bf16_f16,
-                                   [VT_DTYPE_BF16] = vt_copy_2}},
-};
+const vt_codec_kernels vt_codec_avx2 = VT_CODEC_TABLE_INIT;
 
 #endif /* VT_X86 */

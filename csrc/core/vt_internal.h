@@ -32,6 +32,22 @@ extern const vt_codec_kernels vt_codec_scalar;
 extern const vt_codec_kernels vt_codec_avx2;
 extern const vt_codec_kernels vt_codec_avx512;
 #endif
+/* The initializer of a SIMD ISA's codec table (codec_avx2.c, codec_avx512.c): each file defines the row kernels
+ * under these names (q_<src>_<fp8>, d_<fp8>_<dst>, c_<src>_<dst>); the copies (same dtype) are the scalar twins'
+ * memcpy. */
+#define VT_CODEC_TABLE_INIT                                                                                          \
+    {                                                                                                                \
+        .quant = {[VT_DTYPE_F32] = {q_f32_e4m3, q_f32_e5m2},                                                         \
+                  [VT_DTYPE_F16] = {q_f16_e4m3, q_f16_e5m2},                                                         \
+                  [VT_DTYPE_BF16] = {q_bf16_e4m3, q_bf16_e5m2}},                                                     \
+        .dequant = {{[VT_DTYPE_F32] = d_e4m3_f32, [VT_DTYPE_F16] = d_e4m3_f16, [VT_DTYPE_BF16] = d_e4m3_bf16},       \
+                    {[VT_DTYPE_F32] = d_e5m2_f32, [VT_DTYPE_F16] = d_e5m2_f16, [VT_DTYPE_BF16] = d_e5m2_bf16}},      \
+        .convert = {                                                                                                 \
+            [VT_DTYPE_F32] = {[VT_DTYPE_F32] = vt_copy_4, [VT_DTYPE_F16] = c_f32_f16, [VT_DTYPE_BF16] = c_f32_bf16}, \
+            [VT_DTYPE_F16] = {[VT_DTYPE_F32] = c_f16_f32, [VT_DTYPE_F16] = vt_copy_2, [VT_DTYPE_BF16] = c_f16_bf16}, \
+            [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = c_bf16_f32, [VT_DTYPE_F16] = c_bf16_f16, [VT_DTYPE_BF16] = vt_copy_2}, \
+        },                                                                                                           \
+    }
 void vt_copy_4(const void *src, void *dst, size_t n); /* memcpy of n 4-byte / 2-byte elements */
 void vt_copy_2(const void *src, void *dst, size_t n);
 
