@@ -15,10 +15,7 @@
 #define MERGE_PIECE 256
 
 static int threads_for(int64_t bytes, int num_threads) {
-    int nth = num_threads < 1 ? 1 : num_threads;
-    int64_t useful = bytes / CACHE_OPS_PARALLEL_MIN_BYTES;
-    if (nth > useful) nth = useful < 1 ? 1 : (int)useful;
-    return nth;
+    return vt_useful_threads(num_threads, bytes, CACHE_OPS_PARALLEL_MIN_BYTES, VT_MAX_THREADS);
 }
 
 /* ---------------------------------------------------------------- swap */

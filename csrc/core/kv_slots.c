@@ -118,9 +118,7 @@ vt_status vt_tq_gather(const vt_tq_cache *c, const int64_t *slots, int64_t n, fl
             return vt_error_set(err, VT_ERR_INDEX, "%s: slots[%lld] must be in [0, num_blocks * block_size = %lld); "
                                 "got %lld", fn, (long long)i, (long long)limit, (long long)slots[i]);
     gather_job j = {.c = c, .t = vt_dtype_get(c->dtype), .slots = slots, .n = n, .k_out = k_out, .v_out = v_out};
-    int nth = num_threads < 1 ? 1 : num_threads;
-    const int64_t useful = n * c->num_kv_heads / GATHER_SLOTS_PER_THREAD;
-    if (nth > useful) nth = useful < 1 ? 1 : (int)(useful > VT_MAX_THREADS ? VT_MAX_THREADS : useful);
-    vt_parallel_for(gather_task, &j, nth);
+    vt_parallel_for(gather_task, &j,
+                     vt_useful_threads(num_threads, n * c->num_kv_heads, GATHER_SLOTS_PER_THREAD, VT_MAX_THREADS));
     return VT_OK;
 }

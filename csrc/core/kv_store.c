@@ -203,10 +203,6 @@ vt_status vt_kv_store(const vt_kv_store_params *p, int num_threads, vt_error *er
     j.fused[1] = can_fuse(p, &j.w, &p->value_cache, p->value_stride_head, p->v_scale);
     int64_t elems = p->num_tokens * p->num_kv_heads; /* rows; bounded by the caller's arrays */
     int64_t work = elems > INT64_MAX / p->head_size ? INT64_MAX : elems * p->head_size;
-    int nth = num_threads < 1 ? 1 : num_threads;
-    int64_t useful = work / STORE_PARALLEL_MIN_ELEMS;
-    if (nth > useful) nth = useful < 1 ? 1 : (int)useful;
-    if (nth > p->num_blocks) nth = (int)p->num_blocks;
-    vt_parallel_for(store_task, &j, nth);
+    vt_parallel_for(store_task, &j, vt_useful_threads(num_threads, work, STORE_PARALLEL_MIN_ELEMS, p->num_blocks));
     return VT_OK;
 }

@@ -213,11 +213,7 @@ void vt_kv_store_pth_run(const vt_kv_store_params *p, int num_threads) {
     j.src_es = vt_dtype_get(p->src_dtype)->elem_bytes;
     int64_t rows = p->num_tokens * p->num_kv_heads;
     int64_t work = rows > INT64_MAX / p->head_size ? INT64_MAX : rows * p->head_size;
-    int nth = num_threads < 1 ? 1 : num_threads;
-    int64_t useful = work / PTH_PARALLEL_MIN_ELEMS;
-    if (nth > useful) nth = useful < 1 ? 1 : (int)useful;
-    if (nth > p->num_blocks) nth = (int)p->num_blocks;
-    vt_parallel_for(pth_task, &j, nth);
+    vt_parallel_for(pth_task, &j, vt_useful_threads(num_threads, work, PTH_PARALLEL_MIN_ELEMS, p->num_blocks));
 }
 
 void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale) {

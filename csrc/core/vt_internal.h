@@ -133,6 +133,16 @@ static inline float vt_bits_f32(uint32_t u) {
     return x;
 }
 
+/* Threads for a call: num_threads (at least 1), but no more than the work gives each thread min_per_thread units
+ * of, nor than max_threads (> 0; e.g. the blocks a store splits by, or VT_MAX_THREADS). */
+static inline int vt_useful_threads(int num_threads, int64_t work, int64_t min_per_thread, int64_t max_threads) {
+    int64_t nth = num_threads < 1 ? 1 : num_threads;
+    const int64_t useful = work / min_per_thread;
+    if (nth > useful) nth = useful < 1 ? 1 : useful;
+    if (nth > max_threads) nth = max_threads;
+    return (int)nth;
+}
+
 /* 1 when x is finite and > 0 (the rule for every scale). */
 static inline int vt_scale_ok(float x) {
     return x > 0.0f && x <= 3.4028234663852886e38f;
