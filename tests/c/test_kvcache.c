@@ -303,6 +303,10 @@ static void test_octave(void) {
     CHECK(vt_kv_cache_store(pc, 1, k, OD * 4, OD * 4, v, OD * 4, OD * 4, VT_DTYPE_F32, &slot, 1, 1, &err) == VT_OK &&
               memcmp((const uint8_t *)vt_kv_cache_layer_data(pc, 1, 0) + OS, s, 126) == 0,
           "the cache's store writes the slot loops' bytes: %s", err.message);
+    float gk[OD], gv[OD];
+    CHECK(vt_kv_cache_gather(pc, 1, &slot, 1, gk, gv, &err) == VT_OK && gk[0] == 16383.0f / 2048.0f && gk[1] == 0.0f &&
+              gv[0] == 0.0f,
+          "the cache's gather reads the slot: %s", err.message);
     vt_kv_cache_free(pc);
     g.rope_dim = 32;
     CHECK(vt_kv_cache_create(&g, &pc, &err) == VT_ERR_VALUE && strstr(err.message, "rope_dim") != NULL && !pc,
