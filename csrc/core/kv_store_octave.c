@@ -175,12 +175,13 @@ static void oct_unpack(const uint8_t *src, int64_t n, int bits, uint8_t *c) {
         return;
     }
     const uint8_t *hi = src + n / 4;
-    for (int64_t k = 0; k < n; k++) {
-        const int64_t j = k % 4;
-        const unsigned lo = src[4 * (k / 16) + j] >> (2 * ((k % 16) / 4)) & 3u;
-        const unsigned h = hi[4 * (k / 32) + j] >> ((k % 32) / 4) & 1u;
-        c[k] = (uint8_t)(lo + 4 * h);
-    }
+    for (int64_t w = 0; w < n / 32; w++) /* dim 32w + 4i + j: low bits in word 2w + i / 4, high bits in word w */
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 4; j++) {
+                const unsigned lo = src[4 * (2 * w + i / 4) + j] >> (2 * (i % 4)) & 3u;
+                const unsigned h = hi[4 * w + j] >> i & 1u;
+                c[32 * w + 4 * i + j] = (uint8_t)(lo + 4 * h);
+            }
 }
 
 static void put_f16(uint8_t *p, float x) {
