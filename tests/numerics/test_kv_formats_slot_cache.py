@@ -64,6 +64,7 @@ def test_octave_rope_dim_sizes_the_slot_and_reaches_the_store():
     S = vt.turboquant_slot_bytes("octave_k3v4", 256, 64)
     assert c.rope_dim == 64 and c.key_cache(0).shape[-1] == S != vt.turboquant_slot_bytes("octave_k3v4", 256)
     assert f"slot_bytes={S}, rope_dim=64" in repr(c)
+    assert "inside each (token, KV head) slot" in c._repr_html_() and "k_scale" not in c._repr_html_()
     k, v = kv(rng, 30, 256)
     slots = np.arange(30, dtype=np.int64)
     c.store(0, k, v, slots)
