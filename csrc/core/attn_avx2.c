@@ -18,8 +18,8 @@
  * AVX2 has no byte-masked loads: a row's last partial chunk is copied to a
  * zero-padded buffer first.
  *
- * int4_per_token_head runs the same tile with the int4 tile's arithmetic
- * (attn_avx512_int4.c; twin: the scalar tile's int4 path): each query row
+ * int4_per_token_head runs the same tile with the int4 rules of the scalar
+ * twin's int4 path: each query row
  * rotated once (vt_attn_int4_rotate_q), a 16-element chunk is 8 bytes of
  * codes whose low nibbles (the even elements) and high nibbles (the odd
  * ones) become float32 minus the key's zero point, in bf16's even/odd
@@ -459,6 +459,10 @@ const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT] = {
     [VT_DTYPE_F32] = tile_f32,           [VT_DTYPE_F16] = tile_f16,           [VT_DTYPE_BF16] = tile_bf16,
     [VT_DTYPE_FP8_E4M3] = tile_e4m3,     [VT_DTYPE_FP8_E5M2] = tile_e5m2,     [VT_DTYPE_INT8_PTH] = tile_int8_pth,
     [VT_DTYPE_FP8_PTH] = tile_fp8_pth,   [VT_DTYPE_INT4_PTH] = tile_int4_pth,
+};
+
+const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT] = {
+    [VT_DTYPE_INT8_PTH] = tile_int8_pth, [VT_DTYPE_FP8_PTH] = tile_fp8_pth, [VT_DTYPE_INT4_PTH] = tile_int4_pth,
 };
 
 #endif /* VT_X86 */

@@ -224,9 +224,8 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
-    if (!vt_attn_bf16dot_applies(p, rg)) {
-        if (int4) vt_attn_tile_avx512_int4(p, it, work, m, l, acc);
-        else vt_attn_tile_avx512(p, it, work, m, l, acc);
+    if (!vt_attn_bf16dot_applies(p, rg)) { /* the plain AVX-512 table's tile for the format */
+        vt_kernels_table(VT_ISA_AVX512, 0)->attn_tile[p->kv_dtype](p, it, work, m, l, acc);
         return;
     }
     const int rows = rg * it->ng;

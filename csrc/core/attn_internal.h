@@ -118,13 +118,14 @@ void vt_attn_tile_bf16dot_scalar(const vt_attn_params *p, const vt_attn_item *it
 #if VT_X86
 /* AVX2: one tile instance per format (attn_avx2.c), indexed by dtype; NULL where AVX2 has none. */
 extern const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT];
+/* The AVX2 instances the AVX-512 tables take (cpu.c): the per-token-head formats (int8, fp8, int4), which they
+ * read faster than the AVX-512 fp32 tile on every CPU measured (speed.md); NULL for the other formats. */
+extern const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT];
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
-/* int4_per_token_head on AVX-512 (attn_avx512_int4.c; twin: vt_attn_tile_scalar's int4 path). */
-void vt_attn_tile_avx512_int4(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                              float *acc);
-/* The AVX-512 table's tile (and its int4 tile) on a CPU with AVX512-BF16: the pair-dot tile
- * where vt_attn_bf16dot_applies, vt_attn_tile_avx512 (int4: vt_attn_tile_avx512_int4) otherwise. */
+/* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile where vt_attn_bf16dot_applies,
+ * otherwise the plain AVX-512 table's tile for the format (vt_attn_tile_avx512, or the AVX2 instance of a
+ * per-token-head format). */
 void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                              float *acc);
 #endif

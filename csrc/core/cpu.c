@@ -31,15 +31,15 @@ static const isa_kernels ISA_KERNELS[] = {
      {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
 #if VT_X86
     {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tiles_avx2, {0}},
-    {VT_ISA_AVX512, &vt_codec_avx512, NULL,
-     {[VT_READ_ELEMENTS] = vt_attn_tile_avx512, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512_int4}},
+    /* AVX-512 reads the per-token-head formats with the AVX2 instances (faster there on every CPU measured) */
+    {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tiles_avx2_for_avx512, {[VT_READ_ELEMENTS] = vt_attn_tile_avx512}},
 #endif
 };
 #define N_ISA ((int)(sizeof ISA_KERNELS / sizeof ISA_KERNELS[0]))
 
 #if VT_X86
 /* AVX-512 on a CPU with AVX512-BF16: the same codec, the tile that runs grouped bf16 rows on the pair dot
- * product (vdpbf16ps) and the fp32 tiles elsewhere (int4: pair dots for bf16 q, >= 4 rows). */
+ * product (vdpbf16ps) and hands every other item to the plain AVX-512 table's tile for its format. */
 static const isa_kernels ISA_KERNELS_AVX512_BF16 = {
     VT_ISA_AVX512, &vt_codec_avx512, NULL,
     {[VT_READ_ELEMENTS] = vt_attn_tile_avx512bf16, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512bf16}};

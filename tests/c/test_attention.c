@@ -581,12 +581,11 @@ static void test_dispatch_tables(void) {
         CHECK(k->isa == (vt_isa)isa && vt_isa_active() == (vt_isa)isa, "table of %s says isa %d", isa_names[isa],
               (int)k->isa);
         vt_attn_tile_fn want = tiles[isa];
-        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head: AVX-512's own */
+        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head */
+        const int bf16dot = isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16;
+        (void)bf16dot; /* read on x86 only */
 #if VT_X86
-        if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want = vt_attn_tile_avx512bf16; /* the pair-dot tile */
-        if (isa == VT_ISA_AVX512) want4 = vt_attn_tile_avx512_int4;
-        /* with AVX512-BF16: the pair-dot tile, which runs the int4 fp32 tile outside its reach */
-        if (isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16) want4 = vt_attn_tile_avx512bf16;
+        if (bf16dot) want = want4 = vt_attn_tile_avx512bf16; /* the pair-dot tile, for every format it reads */
 #endif
         /* (ISA x format): every format holds its ISA's instance for it or its read family's tile, none for
          * the formats attention cannot read */
@@ -594,6 +593,8 @@ static void test_dispatch_tables(void) {
             vt_read_family f = vt_dtype_get(d)->read_family;
             vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_INT4_ROTATED ? want4 : want;
 #if VT_X86
+            /* plain AVX-512 reads the per-token-head formats with the AVX2 instances */
+            if (isa == VT_ISA_AVX512 && !bf16dot && vt_attn_tiles_avx2_for_avx512[d]) w = vt_attn_tiles_avx2[d];
             if (isa == VT_ISA_AVX2 && f != VT_READ_NONE) {
                 w = vt_attn_tiles_avx2[d];
                 CHECK(w != NULL, "AVX2 has no tile instance for %s", vt_dtype_get(d)->name);
@@ -620,9 +621,11 @@ static void test_dispatch_tables(void) {
         CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tiles_avx2[VT_DTYPE_FP8_E4M3] && a2->codec == &vt_codec_avx2 &&
                   a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH],
               "AVX2 table (bf16 %d)", bf16);
-        CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) &&
+        CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH]) &&
                   a5->codec == &vt_codec_avx512 &&
-                  a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512_int4) &&
+                  a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH]) &&
+                  a5->attn_tile[VT_DTYPE_INT8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_INT8_PTH]) &&
+                  a5->attn_tile[VT_DTYPE_FP8_E4M3] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tile_avx512) &&
                   a5->isa == VT_ISA_AVX512,
               "AVX-512 table (bf16 %d) holds another tile", bf16);
 #endif
