@@ -33,9 +33,9 @@ typedef vt512_fp8tab fp8tab; /* simd_avx512.h: the decode shared with the codec 
 
 /* Position, within its 32-element chunk, that element e of the chunk takes
  * after decoding: bf16 and fp8 split evens (lanes 0-15) from odds (16-31);
- * float32, float16 and int8 keep their order. */
+ * float32 and float16 keep their order. */
 static inline int chunk_pos(vt_dtype dt, int e) {
-    if (dt == VT_DTYPE_F32 || dt == VT_DTYPE_F16 || dt == VT_DTYPE_INT8_PTH) return e;
+    if (dt == VT_DTYPE_F32 || dt == VT_DTYPE_F16) return e;
     return (e & 1) * 16 + (e >> 1);
 }
 
@@ -52,12 +52,6 @@ T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8ta
         x = _mm512_maskz_loadu_epi16(m, src);
         *a = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
         *b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
-        return;
-    }
-    if (dt == VT_DTYPE_INT8_PTH) { /* int8 codes, 16 at a time sign-extended to int32, natural order
-                                    * (2 ops per 16 codes; the even/odd split took 3) */
-        *a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8((__mmask16)m, src)));
-        *b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8((__mmask16)(m >> 16), src + 16)));
         return;
     }
     if (dt == VT_DTYPE_BF16) x = _mm512_maskz_loadu_epi16(m, src);
@@ -167,18 +161,16 @@ T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf,
     if (Dp - d >= 32) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
-/* The tile of one format: dt (the codes' decoder) and pth are constants in each instance below, so the
- * decode branches of dec32 / qk_group / pv_row_direct fold away. */
-T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
-                      float *m, float *l, float *acc) {
+/* The tile of one format: dt (the codes' decoder) is a constant in each instance below, so the decode
+ * branches of dec32 / qk_group / pv_row_direct fold away. The per-token-head formats are read by the AVX2
+ * instances on AVX-512 (cpu.c): this tile takes the plain and per-tensor fp8 formats. */
+T static AI void tile(const vt_dtype dt, const vt_attn_params *p, const vt_attn_item *it, float *work, float *m,
+                      float *l, float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
-    /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
-     * K scale into its logit and its V scale into its weight. */
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
-    _Alignas(64) float kscale[KB], vscale[KB];
     float *qp = work;                    /* rows * Dp, permuted */
     float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
     float *S = ap + (size_t)rows * Dp;   /* rg * 16 * 16 partial dots (one group at a time) */
@@ -201,7 +193,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p,
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     const int NC = Dp / CH;
-    int64_t ko[KB], vo[KB], kso[KB], vso[KB];
+    int64_t ko[KB], vo[KB];
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
@@ -210,13 +202,8 @@ T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p,
             int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
             vt_attn_key_offsets(p, it, jp, nn, ko, vo);
             vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz, 0);
-            if (pth) {
-                vt_attn_scale_offsets(p, it->b, jp, nn, kso, vso);
-                vt512_prefetch_scales(p, it->g, it->ng, kso, vso, nn);
-            }
         }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
-        if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
@@ -225,12 +212,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p,
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
             float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
             float *mg = m + gi * rg, *lg = l + gi * rg;
-            __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm512_set1_ps(1.0f);
-            if (pth) {
-                vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
-                mul = _mm512_mul_ps(mul, _mm512_load_ps(kscale)); /* softmax_scale * ks_j, per key */
-                vmul = _mm512_load_ps(vscale);
-            }
+            const __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
             vt512_row_step st = {.mul = mul, .cap = cap, .inv_cap = inv_cap, .j0 = j0, .valid = valid};
             /* logits: K decoded once per 8 rows */
             for (int r0 = 0; r0 < rg; r0 += 8) {
@@ -247,9 +229,8 @@ T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p,
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
                 }
-            /* V's per-key scale (per-token-head) on the weight */
             vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
-                                base + it->q0, S, P, mg, lg, alpha, pth, vmul);
+                                base + it->q0, S, P, mg, lg, alpha);
             for (int r = 0; r < rg; r++) {
                 const float *pr = P + (size_t)r * KB;
                 if (alpha[r] == 1.0f &&
@@ -264,31 +245,27 @@ T static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p,
         for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)];
 }
 
-#define VT_AVX512_TILE(name, dt, pth)                                                                        \
+#define VT_AVX512_TILE(name, dt)                                                                             \
     T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
                        float *acc) {                                                                             \
-        tile(dt, pth, p, it, work, m, l, acc);                                                                   \
+        tile(dt, p, it, work, m, l, acc);                                                                        \
     }
-VT_AVX512_TILE(tile_f32, VT_DTYPE_F32, 0)
-VT_AVX512_TILE(tile_f16, VT_DTYPE_F16, 0)
-VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16, 0)
-VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
-VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
-VT_AVX512_TILE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
-VT_AVX512_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+VT_AVX512_TILE(tile_f32, VT_DTYPE_F32)
+VT_AVX512_TILE(tile_f16, VT_DTYPE_F16)
+VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16)
+VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3)
+VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2)
 
-/* The element formats' family tile on AVX-512: the instance of p's format (its decoder and scale kind), chosen
- * once per item. */
+/* The element formats' family tile on AVX-512: the instance of p's format (its decoder), chosen once per item.
+ * Only the plain and per-tensor fp8 formats reach it (cpu.c gives the per-token-head ones the AVX2 instances). */
 T void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                            float *acc) {
-    const int pth = vt_dtype_per_token_head(p->kv_dtype);
-    switch (vt_dtype_decoder(p->kv_dtype)) {
+    switch (p->kv_dtype) {
     case VT_DTYPE_F32: tile_f32(p, it, work, m, l, acc); break;
     case VT_DTYPE_F16: tile_f16(p, it, work, m, l, acc); break;
     case VT_DTYPE_BF16: tile_bf16(p, it, work, m, l, acc); break;
     case VT_DTYPE_FP8_E5M2: tile_e5m2(p, it, work, m, l, acc); break;
-    case VT_DTYPE_INT8_PTH: tile_int8_pth(p, it, work, m, l, acc); break;
-    default: (pth ? tile_fp8_pth : tile_e4m3)(p, it, work, m, l, acc); break; /* e4m3 codes */
+    default: tile_e4m3(p, it, work, m, l, acc); break;
     }
 }
 

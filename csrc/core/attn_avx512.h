@@ -174,7 +174,7 @@ VT512 __m512 vt512_row_weights(const vt512_row_step *st, __m512 dots, float *m, 
 /* The softmax step of one block of 16 keys for the rg rows of a group
  * (row r: query r / G of the item, head offset r % G): row r's dots are the
  * 16 x 16 partial sums at S + r * 256 (vt512_reduce16), its weights go to
- * P + r * 16 (times the per-key lanes of vmul when vmul_on: a V scale), its
+ * P + r * 16, its
  * running max m[r] and sum l[r] are updated, and alpha[r] is the rescale of
  * its accumulator (1 for a row that sees no key of the block, whose weights
  * are 0). st carries the block's multiplier, softcap, first key and valid
@@ -182,7 +182,7 @@ VT512 __m512 vt512_row_weights(const vt512_row_step *st, __m512 dots, float *m, 
  * query's visible keys, pos0 the first query's position. */
 VT512 void vt512_block_weights(vt512_row_step *st, const float *slopes, int G, int rg, int nk, const int64_t *lo,
                                const int64_t *hi, int64_t pos0, const float *S, float *P, float *m, float *l,
-                               float *alpha, int vmul_on, __m512 vmul) {
+                               float *alpha) {
     for (int r = 0; r < rg; r++) {
         const int64_t qi = r / G;
         float *pr = P + (size_t)r * 16;
@@ -195,7 +195,7 @@ VT512 void vt512_block_weights(vt512_row_step *st, const float *slopes, int G, i
         st->slope = slopes ? &slopes[r % G] : NULL;
         __m512 e = vt512_row_weights(st, vt512_reduce16(S + (size_t)r * 256), &m[r], &alpha[r]);
         l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(e);
-        _mm512_storeu_ps(pr, vmul_on ? _mm512_mul_ps(e, vmul) : e);
+        _mm512_storeu_ps(pr, e);
     }
 }
 
