@@ -24,6 +24,7 @@ import pytest
 import vtinfer as vt
 from tests.numerics import octave_twin as twin
 from tests.numerics.test_attention_oracle import check_close, shuffled_block_table
+from tests.numerics.test_kv_formats_uq import rows as uq_rows
 from vtinfer.testing import upstream
 
 FMTS = ("octave_k3v4", "octave_k3v3", "octave_k3v3_compact")
@@ -41,20 +42,14 @@ def cases():
 
 
 def rows(rng, T, H, D, src, adversarial=True):
-    """[T, H, D]: N(0, s^2) with s per row over 2^-20 .. 2^20, and (adversarial) zero, constant, one-hot,
-    integer and tiny rows."""
-    x = rng.standard_normal((T, H, D)) * np.exp2(rng.integers(-20, 21, (T, H, 1)))
-    if src == "float16":
-        x = np.clip(x * 2.0**-6, -6e4, 6e4)
+    """[T, H, D]: UltraQuant's test rows (N(0, s^2), s per row over 2^-20 .. 2^20; zero, constant and one-hot
+    rows), with rows 3 - 5 (adversarial) integer, tiny and negated-integer rows instead of UltraQuant's ties."""
+    x = uq_rows(rng, T, H, D, src, adversarial)
     if adversarial and T >= 8:
-        x[0] = 0.0
-        x[1] = 3.0
-        x[2] = 0.0
-        x[2, :, 5] = -7.5
-        x[3] = rng.integers(-4, 5, (H, D))
+        x[3] = rng.integers(-4, 5, (H, D)).astype(x.dtype)
         x[4] = 1e-30 if src == "float32" else 1e-4
         x[5] = -x[3]
-    return x.astype(SRC[src])
+    return x
 
 
 def slots_for(rng, T, nb=4, bs=16):
