@@ -85,11 +85,25 @@ static int check_contiguous(tq_call *c, const vt_tensor *t, const char *arg) {
     return 0;
 }
 
-/* The slot cache [num_blocks, block_size, H_kv, slot_bytes(D)] uint8 with contiguous slots. */
 static int status_ok(tq_call *c, vt_status s, const vt_error *err) {
     if (s == VT_OK) return 0;
     vt_raise(c->st, err);
     return -1;
+}
+
+/* A call's end after the core ran: the pins released, then None or the core's error raised. */
+static PyObject *finish(tq_call *c, vt_status s, const vt_error *err) {
+    release(c);
+    if (status_ok(c, s, err) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* An index argument: int64 [n], C-contiguous. */
+static int check_index(tq_call *c, const vt_tensor *t, const char *arg, const char *shape) {
+    return check_rank(c, t, arg, 1, shape) < 0 ||
+                   check_elem(c, t, arg, VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 || check_contiguous(c, t, arg) < 0
+               ? -1
+               : 0;
 }
 
 /* A rope-dependent row's rotary dims from the slot width (each rope_block of rotary dims adds rope_block / 8 bytes
@@ -107,6 +121,7 @@ static int64_t rope_of_width(int dtype, int64_t D, int64_t width, char *widths, 
     return found;
 }
 
+/* The slot cache [num_blocks, block_size, H_kv, slot_bytes(D)] uint8 with contiguous slots. */
 static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64_t D, vt_tq_cache *out) {
     vt_error err; /* the format's own head-size rule first: the slot size follows from it */
     if (status_ok(c, vt_dtype_check_head_size(dtype, D, c->fn, "head_size", NULL, &err), &err) < 0) return -1;
@@ -165,10 +180,7 @@ static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject *a[VT_SIG_MAX_ARGS];
     if (vt_sig_parse(&slot_store_sig, args, kw, a) < 0) return NULL;
     PyObject *ko = a[0], *vo = a[1], *co = a[2], *so = a[3], *dto = a[4], *mo = vt_arg_or_none(a[5]);
-    tq_call c;
-    memset(&c, 0, sizeof c);
-    c.fn = "turboquant_store";
-    c.st = vt_state(m);
+    tq_call c = {.fn = "turboquant_store", .st = vt_state(m)};
     int dtype;
     vt_tensor *k, *v, *kc, *sm;
     vt_tq_cache cache;
@@ -193,10 +205,7 @@ static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
         PyErr_Format(PyExc_ValueError, "%s: key and value must have a contiguous last dimension", c.fn);
         goto fail;
     }
-    if (check_rank(&c, sm, "slot_mapping", 1, "[num_tokens]") < 0 ||
-        check_elem(&c, sm, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 ||
-        check_contiguous(&c, sm, "slot_mapping") < 0)
-        goto fail;
+    if (check_index(&c, sm, "slot_mapping", "[num_tokens]") < 0) goto fail;
     if (sm->shape[0] != N) {
         PyErr_Format(PyExc_ValueError, "%s: slot_mapping must have shape [%lld] (key's num_tokens); got [%lld]", c.fn,
                      (long long)N, (long long)sm->shape[0]);
@@ -224,9 +233,7 @@ static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
     s = vt_tq_store(&cache, (int)k->elem, k->data, k->strides[0], k->strides[1], v->data, v->strides[0],
                     v->strides[1], sm->data, N, &err);
     Py_END_ALLOW_THREADS
-    if (status_ok(&c, s, &err) < 0) goto fail;
-    release(&c);
-    Py_RETURN_NONE;
+    return finish(&c, s, &err);
 fail:
     release(&c);
     return NULL;
@@ -238,10 +245,7 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject *co = a[0], *so = a[1], *dto = a[2], *cen = a[3], *ko = a[4], *vo = a[5];
     const int nth = vt_num_threads_arg(vt_arg_or_none(a[6]), "turboquant_gather");
     if (nth < 0) return NULL;
-    tq_call c;
-    memset(&c, 0, sizeof c);
-    c.fn = "turboquant_gather";
-    c.st = vt_state(m);
+    tq_call c = {.fn = "turboquant_gather", .st = vt_state(m)};
     int dtype;
     vt_tensor *kc, *sl, *k, *v;
     vt_tq_cache cache;
@@ -249,8 +253,7 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
         !(sl = pin(&c, so, "slots", 0)) || !(k = pin(&c, ko, "k_out", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT)) ||
         !(v = pin(&c, vo, "v_out", VT_TENSOR_WRITABLE | VT_TENSOR_NO_CONVERT)))
         goto fail;
-    if (check_rank(&c, sl, "slots", 1, "[n]") < 0 || check_elem(&c, sl, "slots", VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 ||
-        check_contiguous(&c, sl, "slots") < 0 || check_rank(&c, k, "k_out", 3, "[n, num_kv_heads, head_size]") < 0)
+    if (check_index(&c, sl, "slots", "[n]") < 0 || check_rank(&c, k, "k_out", 3, "[n, num_kv_heads, head_size]") < 0)
         goto fail;
     const int64_t n = sl->shape[0], H = k->shape[1], D = k->shape[2];
     for (int w = 0; w < 2; w++) {
@@ -274,9 +277,7 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS
     s = vt_tq_gather(&cache, sl->data, n, k->data, v->data, nth, &err);
     Py_END_ALLOW_THREADS
-    if (status_ok(&c, s, &err) < 0) goto fail;
-    release(&c);
-    Py_RETURN_NONE;
+    return finish(&c, s, &err);
 fail:
     release(&c);
     return NULL;
@@ -332,10 +333,7 @@ static int nvfp4_pages_of(tq_call *c, const vt_tensor *kc, const vt_tensor *vc, 
 static PyObject *py_nvfp4_store(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject *a[VT_SIG_MAX_ARGS];
     if (vt_sig_parse(&nvfp4_store_sig, args, kw, a) < 0) return NULL;
-    tq_call c;
-    memset(&c, 0, sizeof c);
-    c.fn = "reshape_and_cache_flash";
-    c.st = vt_state(m);
+    tq_call c = {.fn = "reshape_and_cache_flash", .st = vt_state(m)};
     float ks, vs;
     if (vt_co_parse_scale(a[5], c.fn, "k_scale", &ks) < 0 || vt_co_parse_scale(a[6], c.fn, "v_scale", &vs) < 0)
         return NULL;
@@ -368,10 +366,7 @@ static PyObject *py_nvfp4_store(PyObject *m, PyObject *args, PyObject *kw) {
                      (long long)pages.num_kv_heads, (long long)pages.head_size);
         goto fail;
     }
-    if (check_rank(&c, sm, "slot_mapping", 1, "[n]") < 0 ||
-        check_elem(&c, sm, "slot_mapping", VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 ||
-        check_contiguous(&c, sm, "slot_mapping") < 0)
-        goto fail;
+    if (check_index(&c, sm, "slot_mapping", "[n]") < 0) goto fail;
     if (sm->shape[0] > k->shape[0]) {
         PyErr_Format(PyExc_ValueError, "%s: slot_mapping must have at most num_tokens = %lld entries; got %lld", c.fn,
                      (long long)k->shape[0], (long long)sm->shape[0]);
@@ -389,9 +384,7 @@ static PyObject *py_nvfp4_store(PyObject *m, PyObject *args, PyObject *kw) {
     s = vt_nvfp4_store(&pages, (int)k->elem, k->data, k->strides[0], k->strides[1], v->data, v->strides[0],
                        v->strides[1], sm->data, sm->shape[0], ks, vs, a[7] == Py_True, nth, &err);
     Py_END_ALLOW_THREADS
-    if (status_ok(&c, s, &err) < 0) goto fail;
-    release(&c);
-    Py_RETURN_NONE;
+    return finish(&c, s, &err);
 fail:
     release(&c);
     return NULL;
@@ -400,10 +393,7 @@ fail:
 static PyObject *py_nvfp4_read(PyObject *m, PyObject *args, PyObject *kw) {
     PyObject *a[VT_SIG_MAX_ARGS];
     if (vt_sig_parse(&nvfp4_read_sig, args, kw, a) < 0) return NULL;
-    tq_call c;
-    memset(&c, 0, sizeof c);
-    c.fn = "flash_attn_varlen_func";
-    c.st = vt_state(m);
+    tq_call c = {.fn = "flash_attn_varlen_func", .st = vt_state(m)};
     float ks, vs;
     const int nth = vt_num_threads_arg(vt_arg_or_none(a[5]), c.fn);
     if (nth < 0 || vt_co_parse_scale(a[3], c.fn, "k_descale", &ks) < 0 ||
@@ -414,9 +404,7 @@ static PyObject *py_nvfp4_read(PyObject *m, PyObject *args, PyObject *kw) {
     if (!(kc = pin(&c, a[0], "k", VT_TENSOR_NO_CONVERT)) || !(vc = pin(&c, a[1], "v", VT_TENSOR_NO_CONVERT)) ||
         !(bl = pin(&c, a[2], "blocks", 0)) || nvfp4_pages_of(&c, kc, vc, &pages) < 0)
         goto fail;
-    if (check_rank(&c, bl, "blocks", 1, "[n]") < 0 || check_elem(&c, bl, "blocks", VT_ELEM_BIT(VT_ELEM_I64), "int64") < 0 ||
-        check_contiguous(&c, bl, "blocks") < 0)
-        goto fail;
+    if (check_index(&c, bl, "blocks", "[n]") < 0) goto fail;
     npy_intp dims[4] = {(npy_intp)bl->shape[0], (npy_intp)pages.block_size, (npy_intp)pages.num_kv_heads,
                         (npy_intp)pages.head_size};
     PyArrayObject *ko = (PyArrayObject *)PyArray_SimpleNew(4, dims, NPY_FLOAT32);

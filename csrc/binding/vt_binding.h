@@ -13,13 +13,7 @@
 enum vt_state_slot {
     VT_SLOT_KVCACHE_TYPE = 0,
     VT_SLOT_RESOLUTION_TYPE = 1,
-    VT_SLOT_RESERVED_2 = 2,
-    VT_SLOT_RESERVED_3 = 3,
-    VT_SLOT_RESERVED_4 = 4,
-    VT_SLOT_RESERVED_5 = 5,
-    VT_SLOT_RESERVED_6 = 6,
-    VT_SLOT_RESERVED_7 = 7,
-    VT_SLOT_COUNT = 8
+    VT_SLOT_COUNT = 8 /* room for more files' slots; the module clears all of them */
 };
 
 typedef struct vt_module_state {
