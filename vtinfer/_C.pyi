@@ -1,6 +1,8 @@
 # Hand-written stub of the C extension vtinfer._C. tests/python/test_stub.py
 # keeps it honest: every public name of the module is here and vice versa,
-# and the dtype names below equal the C dtype table.
+# and the dtype names below equal the C dtype table; tests/binding/test_signatures.py
+# compares each signature with the C one. Parameters are written compactly: the
+# documented, typed public signatures are the wrappers' in vtinfer/*.py.
 from typing import Any
 
 import numpy as np
@@ -22,12 +24,7 @@ def fp8_quantize(
     x: Any, scale: float = 1.0, fmt: Any = "e4m3", *, out: np.ndarray | None = None, num_threads: int | None = None
 ) -> np.ndarray: ...
 def fp8_dequantize(
-    codes: Any,
-    scale: float = 1.0,
-    fmt: Any = None,
-    dtype: Any = None,
-    *,
-    out: np.ndarray | None = None,
+    codes: Any, scale: float = 1.0, fmt: Any = None, dtype: Any = None, *, out: np.ndarray | None = None,
     num_threads: int | None = None,
 ) -> np.ndarray: ...
 def convert(x: Any, dtype: Any, *, out: np.ndarray | None = None, num_threads: int | None = None) -> np.ndarray: ...
@@ -60,18 +57,8 @@ class PagedKVCache:
     k_scale: np.ndarray
     v_scale: np.ndarray
     def __new__(
-        cls,
-        num_layers: int,
-        num_blocks: int,
-        block_size: int,
-        num_kv_heads: int,
-        head_size: int,
-        dtype: str,
-        layout: str = "NHD",
-        k_scale: Any = 1.0,
-        v_scale: Any = 1.0,
-        *,
-        model_dtype: str | None = None,
+        cls, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, dtype: str,
+        layout: str = "NHD", k_scale: Any = 1.0, v_scale: Any = 1.0, *, model_dtype: str | None = None,
         rope_dim: int | None = None,
     ) -> PagedKVCache: ...
     def key_cache(self, layer: int, /) -> np.ndarray: ...
@@ -100,58 +87,22 @@ def nvfp4_read_pages(
     key_cache: Any, value_cache: Any, blocks: Any, k_scale: float, v_scale: float, *, num_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]: ...
 def reshape_and_cache_flash(
-    key: Any,
-    value: Any,
-    key_cache: Any,
-    value_cache: Any,
-    slot_mapping: Any,
-    kv_cache_dtype: str,
-    k_scale: Any,
-    v_scale: Any,
-    *,
-    layout: str | None = None,
-    num_threads: int | None = None,
-    k_scale_cache: Any = None,
+    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_cache_dtype: str, k_scale: Any,
+    v_scale: Any, *, layout: str | None = None, num_threads: int | None = None, k_scale_cache: Any = None,
     v_scale_cache: Any = None,
 ) -> None: ...
 def reshape_and_cache(
-    key: Any,
-    value: Any,
-    key_cache: Any,
-    value_cache: Any,
-    slot_mapping: Any,
-    kv_cache_dtype: str,
-    k_scale: Any,
-    v_scale: Any,
-    *,
-    num_threads: int | None = None,
+    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_cache_dtype: str, k_scale: Any,
+    v_scale: Any, *, num_threads: int | None = None,
 ) -> None: ...
 
 # --- attention ---
 def flash_attn_varlen_func(
-    q: Any,
-    k: Any,
-    v: Any,
-    *,
-    cu_seqlens_q: Any,
-    seqused_k: Any,
-    block_table: Any,
-    max_seqlen_q: int | None = None,
-    max_seqlen_k: int | None = None,
-    softmax_scale: float | None = None,
-    causal: bool = True,
-    window_size: tuple[int, int] = (-1, -1),
-    softcap: float = 0.0,
-    alibi_slopes: Any = None,
-    s_aux: Any = None,
-    k_descale: Any = None,
-    v_descale: Any = None,
-    kv_cache_dtype: str = "auto",
-    out: np.ndarray | None = None,
-    return_lse: bool = False,
-    num_threads: int | None = None,
-    k_scale_cache: Any = None,
-    v_scale_cache: Any = None,
+    q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, seqused_k: Any, block_table: Any, max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None, softmax_scale: float | None = None, causal: bool = True,
+    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None, s_aux: Any = None,
+    k_descale: Any = None, v_descale: Any = None, kv_cache_dtype: str = "auto", out: np.ndarray | None = None,
+    return_lse: bool = False, num_threads: int | None = None, k_scale_cache: Any = None, v_scale_cache: Any = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]: ...
 
 # ---- vLLM's cache ops (csrc/binding/cacheops_binding.c) ----
