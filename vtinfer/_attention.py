@@ -183,39 +183,18 @@ def flash_attn_varlen_func(
         if q_descale is not None and k_descale is None and v_descale is None:
             renames.update({"k_descale and v_descale": "q_descale", "k_descale": "q_descale"})
         q, k_descale = _dequantize_query(q, fp8_q, q_descale, k_descale, cu_seqlens_q, k, fn)
+    # the arguments both arms take as they are; the small float arrays go to the C function as float32
+    kwargs = dict(
+        cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse, num_threads=num_threads,
+        k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
+    )
+    floats = {"alibi_slopes": alibi_slopes, "s_aux": s_aux, "k_descale": k_descale, "v_descale": v_descale}
     if _cuda_ops.is_cuda(q):
-        return _cuda_ops.flash_attn_varlen_func(
-            q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
-            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
-            window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, k_descale=k_descale,
-            v_descale=v_descale, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse,
-            num_threads=num_threads, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
-        )
+        return _cuda_ops.flash_attn_varlen_func(q, k, v, **floats, **kwargs)
     with _naming_the_callers_arguments(renames):
-        return _C.flash_attn_varlen_func(
-            q,
-            k,
-            v,
-            cu_seqlens_q=cu_seqlens_q,
-            seqused_k=seqused_k,
-            block_table=block_table,
-            max_seqlen_q=max_seqlen_q,
-            max_seqlen_k=max_seqlen_k,
-            softmax_scale=softmax_scale,
-            causal=causal,
-            window_size=window_size,
-            softcap=softcap,
-            alibi_slopes=_f32(alibi_slopes, "alibi_slopes"),
-            s_aux=_f32(s_aux, "s_aux"),
-            k_descale=_f32(k_descale, "k_descale"),
-            v_descale=_f32(v_descale, "v_descale"),
-            kv_cache_dtype=kv_cache_dtype,
-            out=out,
-            return_lse=return_lse,
-            num_threads=num_threads,
-            k_scale_cache=k_scale_cache,
-            v_scale_cache=v_scale_cache,
-        )
+        return _C.flash_attn_varlen_func(q, k, v, **{name: _f32(x, name) for name, x in floats.items()}, **kwargs)
 
 
 @contextlib.contextmanager
