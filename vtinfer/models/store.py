@@ -42,6 +42,7 @@ def _entries(root: Path) -> list[str]:
 
 
 def _sha256(path: Path) -> str:
+    """A file's SHA-256, hex (the marker's record of each file; a converted GGUF's provenance)."""
     import hashlib
 
     h = hashlib.sha256()
