@@ -173,6 +173,26 @@ fail:
     return NULL;
 }
 
+/* Pin the input `arg`: an element in `mask`, CPU, C-contiguous. On failure nothing stays pinned. */
+static int pin_input(vt_module_state *st, PyObject *obj, const char *fn, const char *arg, unsigned mask, vt_tensor *t) {
+    if (vt_tensor_from_object(st, obj, fn, arg, 0, t) < 0) return -1;
+    if (vt_tensor_check(t, fn, arg, mask, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, t, fn, arg) < 0) {
+        vt_tensor_release(t);
+        return -1;
+    }
+    return 0;
+}
+
+/* The pinned input's element count and its output (see prepare_out); on failure the input is released too. */
+static int pin_output(vt_module_state *st, PyObject *out_obj, vt_tensor *in, const char *fn, const char *arg,
+                      unsigned mask, int new_dtype, vt_tensor *out, int64_t *n) {
+    if ((*n = vt_tensor_numel(in, fn, arg)) < 0 || !prepare_out(st, out_obj, in, fn, mask, new_dtype, out)) {
+        vt_tensor_release(in);
+        return -1;
+    }
+    return 0;
+}
+
 /* The common end of every codec entry point: unpin the input, then raise
  * the core's error or return the (pinned) output array. */
 static PyObject *finish(vt_module_state *st, vt_status s, const vt_error *err, vt_tensor *in, vt_tensor *out) {
@@ -195,17 +215,11 @@ static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
     if (parse_scale(scale_obj, fn, &scale) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor x, out;
-    if (vt_tensor_from_object(st, x_obj, fn, "x", 0, &x) < 0) return NULL;
-    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
-        vt_tensor_release(&x);
+    int64_t n;
+    const unsigned out_mask = VT_ELEM_BIT(VT_ELEM_U8) | VT_ELEM_BIT(fmt == VT_DTYPE_FP8_E4M3 ? VT_ELEM_E4M3 : VT_ELEM_E5M2);
+    if (pin_input(st, x_obj, fn, "x", VT_ELEMS_FLOAT, &x) < 0 ||
+        pin_output(st, out_obj, &x, fn, "x", out_mask, -1, &out, &n) < 0)
         return NULL;
-    }
-    int64_t n = vt_tensor_numel(&x, fn, "x");
-    unsigned out_mask = VT_ELEM_BIT(VT_ELEM_U8) | VT_ELEM_BIT(fmt == VT_DTYPE_FP8_E4M3 ? VT_ELEM_E4M3 : VT_ELEM_E5M2);
-    if (n < 0 || !prepare_out(st, out_obj, &x, fn, out_mask, -1, &out)) {
-        vt_tensor_release(&x);
-        return NULL;
-    }
     vt_error err;
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
@@ -228,28 +242,23 @@ static PyObject *py_fp8_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
     if (parse_float_dtype(st, dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor c, out;
-    if (vt_tensor_from_object(st, c_obj, fn, "codes", 0, &c) < 0) return NULL;
-    if (vt_tensor_check(&c, fn, "codes", VT_ELEMS_CODES, -1, VT_MEMORY_CPU) < 0 ||
-        vt_tensor_contiguous_input(st, &c, fn, "codes") < 0)
-        goto fail_c;
+    if (pin_input(st, c_obj, fn, "codes", VT_ELEMS_CODES, &c) < 0) return NULL;
     int implied = c.elem == VT_ELEM_E4M3 ? VT_DTYPE_FP8_E4M3 : c.elem == VT_ELEM_E5M2 ? VT_DTYPE_FP8_E5M2 : -1;
     if (fmt < 0) fmt = implied < 0 ? VT_DTYPE_FP8_E4M3 : implied;
     if (implied >= 0 && implied != fmt) {
         PyErr_Format(PyExc_TypeError, "%s: codes of dtype %s must be read with fmt='%s'; got fmt='%s'", fn,
                      c.dtype_name, short_name(implied), short_name(fmt));
-        goto fail_c;
+        vt_tensor_release(&c);
+        return NULL;
     }
-    int64_t n = vt_tensor_numel(&c, fn, "codes");
-    if (n < 0 || !prepare_out(st, out_obj, &c, fn, VT_ELEM_BIT(dtype), dtype, &out)) goto fail_c;
+    int64_t n;
+    if (pin_output(st, out_obj, &c, fn, "codes", VT_ELEM_BIT(dtype), dtype, &out, &n) < 0) return NULL;
     vt_error err;
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
     s = vt_fp8_dequantize(c.data, (vt_dtype)fmt, out.data, (vt_dtype)dtype, (size_t)n, scale, nth, &err);
     Py_END_ALLOW_THREADS
     return finish(st, s, &err, &c, &out);
-fail_c:
-    vt_tensor_release(&c);
-    return NULL;
 }
 
 static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
@@ -262,16 +271,10 @@ static PyObject *py_convert(PyObject *m, PyObject *args, PyObject *kw) {
     if (parse_float_dtype(st, dtype_obj, fn, "dtype", &dtype) < 0) return NULL;
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor x, out;
-    if (vt_tensor_from_object(st, x_obj, fn, "x", 0, &x) < 0) return NULL;
-    if (vt_tensor_check(&x, fn, "x", VT_ELEMS_FLOAT, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, &x, fn, "x") < 0) {
-        vt_tensor_release(&x);
+    int64_t n;
+    if (pin_input(st, x_obj, fn, "x", VT_ELEMS_FLOAT, &x) < 0 ||
+        pin_output(st, out_obj, &x, fn, "x", VT_ELEM_BIT(dtype), dtype, &out, &n) < 0)
         return NULL;
-    }
-    int64_t n = vt_tensor_numel(&x, fn, "x");
-    if (n < 0 || !prepare_out(st, out_obj, &x, fn, VT_ELEM_BIT(dtype), dtype, &out)) {
-        vt_tensor_release(&x);
-        return NULL;
-    }
     vt_error err;
     vt_status s;
     Py_BEGIN_ALLOW_THREADS
@@ -291,19 +294,15 @@ static PyArrayObject *new_last(const vt_tensor *like, int64_t last, int typenum)
 /* An input array of at least one dimension whose last is a multiple of `mult`. */
 static int nvfp4_input(vt_module_state *st, PyObject *obj, const char *fn, const char *arg, unsigned mask, int64_t mult,
                        const char *why, vt_tensor *t) {
-    if (vt_tensor_from_object(st, obj, fn, arg, 0, t) < 0) return -1;
-    if (vt_tensor_check(t, fn, arg, mask, -1, VT_MEMORY_CPU) < 0 || vt_tensor_contiguous_input(st, t, fn, arg) < 0)
-        goto fail;
+    if (pin_input(st, obj, fn, arg, mask, t) < 0) return -1;
     if (t->ndim < 1 || t->shape[t->ndim - 1] % mult) {
         PyErr_Format(PyExc_ValueError, "%s: %s must have a last dimension that is a multiple of %lld (%s); got shape "
                      "with last dimension %lld", fn, arg, (long long)mult, why,
                      t->ndim < 1 ? -1LL : (long long)t->shape[t->ndim - 1]);
-        goto fail;
+        vt_tensor_release(t);
+        return -1;
     }
     return 0;
-fail:
-    vt_tensor_release(t);
-    return -1;
 }
 
 static PyObject *py_nvfp4_quantize(PyObject *m, PyObject *args, PyObject *kw) {
@@ -336,15 +335,7 @@ static PyObject *py_nvfp4_quantize(PyObject *m, PyObject *args, PyObject *kw) {
                           (uint8_t *)PyArray_DATA(scales), &err);
     Py_END_ALLOW_THREADS
     vt_tensor_release(&x);
-    if (s != VT_OK) {
-        Py_DECREF(codes);
-        Py_DECREF(scales);
-        return vt_raise(st, &err);
-    }
-    PyObject *r = PyTuple_Pack(2, (PyObject *)codes, (PyObject *)scales);
-    Py_DECREF(codes);
-    Py_DECREF(scales);
-    return r;
+    return vt_pair_result(st, s, &err, codes, scales);
 }
 
 static PyObject *py_nvfp4_dequantize(PyObject *m, PyObject *args, PyObject *kw) {

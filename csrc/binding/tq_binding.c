@@ -419,15 +419,7 @@ static PyObject *py_nvfp4_read(PyObject *m, PyObject *args, PyObject *kw) {
     s = vt_nvfp4_read_pages(&pages, bl->data, bl->shape[0], ks, vs, PyArray_DATA(ko), PyArray_DATA(vo), nth, &err);
     Py_END_ALLOW_THREADS
     release(&c);
-    if (s != VT_OK) {
-        Py_DECREF(ko);
-        Py_DECREF(vo);
-        return vt_raise(c.st, &err);
-    }
-    PyObject *r = PyTuple_Pack(2, (PyObject *)ko, (PyObject *)vo);
-    Py_DECREF(ko);
-    Py_DECREF(vo);
-    return r;
+    return vt_pair_result(c.st, s, &err, ko, vo);
 fail:
     release(&c);
     return NULL;

@@ -34,6 +34,8 @@ vt_module_state *vt_state_from_type(PyTypeObject *type);
 
 /* Raise the Python exception for a failed core call; returns NULL. */
 PyObject *vt_raise(vt_module_state *st, const vt_error *err);
+/* (a, b) when s is VT_OK, else the core's error raised; takes both references either way. */
+PyObject *vt_pair_result(vt_module_state *st, vt_status s, const vt_error *err, PyArrayObject *a, PyArrayObject *b);
 
 /* Pin `obj` as a tensor. Accepts NumPy arrays (no copy; a masked array
  * is refused; non-native byte order: a destination (VT_TENSOR_WRITABLE)
