@@ -94,6 +94,19 @@ class Tree:
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return run_checker("--root", str(self.root), *args, env=env)
 
+    def passes(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run the checker: it must succeed (its stderr is the failure message)."""
+        res = self.run(*args, env=env)
+        assert res.returncode == 0, res.stderr
+        return res
+
+    def refused(self, *fragments: str, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """Run the checker: it must fail, with every fragment in its stderr."""
+        res = self.run(*args)
+        assert res.returncode == 1, res.stdout
+        for fragment in fragments:
+            assert fragment in res.stderr, res.stderr
+        return res
 
     def line_of(self, text: str, nth: int = 1) -> int:
         """1-based line number of the nth index line equal to text."""

@@ -34,30 +34,23 @@ def anchored(tree, *anchors):
 def test_classification(tree, anchor, kind):
     anchored(tree, anchor)
     tree.baseline(unowned=1, stale=1, broken=1)
-    res = tree.run()
-    assert res.returncode == 0, res.stderr
+    res = tree.passes()
     want = {"ok": "2/0/0", "stale": "1/1/0", "broken": "1/0/1"}[kind]  # +1 ok from alpha
     assert f"anchors {want} ok/stale/broken" in res.stdout
 
 
 def test_stale_rise_is_refused(tree):
     anchored(tree, '`src/mod.py:2` "def g"')
-    res = tree.run()
-    assert res.returncode == 1
-    assert "stale anchors rose to 1 over the baseline 0" in res.stderr
-    assert "gamma.md:9: anchor src/mod.py:2 is stale" in res.stderr
+    tree.refused("stale anchors rose to 1 over the baseline 0",
+                 "gamma.md:9: anchor src/mod.py:2 is stale")
 
 
 def test_broken_rise_is_refused(tree):
     anchored(tree, "`src/mod.py:99`", "`src/mod.py:98`")
     tree.baseline(unowned=1, broken=1)
-    res = tree.run()
-    assert res.returncode == 1
-    assert "broken anchors rose to 2 over the baseline 1" in res.stderr
+    tree.refused("broken anchors rose to 2 over the baseline 1")
 
 
 def test_fenced_code_is_not_an_anchor(tree):
     anchored(tree, "```", "`src/mod.py:99`", "```")
-    res = tree.run()
-    assert res.returncode == 0, res.stderr
-    assert "anchors 1/0/0" in res.stdout
+    assert "anchors 1/0/0" in tree.passes().stdout

@@ -2,13 +2,13 @@
 
 DASH = "\u2014"
 NEW = f"| #6 | {DASH} | delta | capability |"
+HEAD = ("--base", "HEAD")
 
 
 def test_appended_row_passes(tree):
     tree.commit()
     tree.append("| #6 | `ALPHA-TWO` | delta | capability |")
-    res = tree.run("--base", "HEAD")
-    assert res.returncode == 0, res.stderr
+    res = tree.passes(*HEAD)
     assert res.stdout.strip().endswith("base HEAD checked")
     assert "SKIP" not in res.stdout
 
@@ -19,9 +19,7 @@ def test_edited_line_is_refused(tree):
     path.write_text(path.read_text(encoding="utf-8").replace("| beta |", "| beta, renamed |"),
                     encoding="utf-8")
     line = tree.line_of(f"| #4 | {DASH} | beta, renamed | capability |")
-    res = tree.run("--base", "HEAD")
-    assert res.returncode == 1
-    assert f"lines {line}-{line} of HEAD were edited" in res.stderr
+    tree.refused(f"lines {line}-{line} of HEAD were edited", args=HEAD)
 
 
 def test_removed_line_is_refused(tree):
@@ -29,9 +27,7 @@ def test_removed_line_is_refused(tree):
     tree.index(["| #3 | `ALPHA-ONE` | alpha | capability |",
                 f"| #4 | {DASH} | beta | capability |"])
     tree.baseline(unowned=0)
-    res = tree.run("--base", "HEAD")
-    assert res.returncode == 1
-    assert "lines 9-9 of HEAD were removed" in res.stderr
+    tree.refused("lines 9-9 of HEAD were removed", args=HEAD)
 
 
 def test_inserted_in_the_middle_is_refused(tree):
@@ -40,18 +36,14 @@ def test_inserted_in_the_middle_is_refused(tree):
                 "| #6 | `ALPHA-TWO` | delta | capability |",
                 f"| #4 | {DASH} | beta | capability |",
                 f"| #5 | {DASH} | gamma | process |"])
-    res = tree.run("--base", "HEAD")
-    assert res.returncode == 1
-    assert "lines 8-8 inserted before line 8 of HEAD; append at the end" in res.stderr
+    tree.refused("lines 8-8 inserted before line 8 of HEAD; append at the end", args=HEAD)
 
 
 def test_raised_high_water_mark_is_refused(tree):
     tree.commit()
     tree.append(NEW)
     tree.baseline(unowned=2)
-    res = tree.run("--base", "HEAD")
-    assert res.returncode == 1
-    assert "unowned raised from 1 at HEAD to 2; a ratchet only falls" in res.stderr
+    tree.refused("unowned raised from 1 at HEAD to 2; a ratchet only falls", args=HEAD)
 
 
 def test_index_new_at_base_counts_as_growth(tree):
@@ -59,17 +51,14 @@ def test_index_new_at_base_counts_as_growth(tree):
     tree.git("init", "-q")
     tree.git("add", "README")
     tree.git("commit", "-q", "-m", "first")
-    res = tree.run("--base", "HEAD")
-    assert res.returncode == 0, res.stderr
-    assert "base HEAD checked" in res.stdout
+    assert "base HEAD checked" in tree.passes(*HEAD).stdout
 
 
 def test_unusable_rev_skips_loudly_never_passes(tree):
     tree.commit()  # a single commit: HEAD~1 does not exist
     tree.append(NEW)  # would be fine anyway; nothing is compared
     tree.baseline(unowned=2)
-    res = tree.run("--base", "HEAD~1")
-    assert res.returncode == 0, res.stderr
+    res = tree.passes("--base", "HEAD~1")
     assert res.stdout.startswith("SKIP !!! append-only check NOT run")
     assert res.stdout.strip().endswith("base HEAD~1 SKIPPED")
     assert "PASS" not in res.stdout and "checked" not in res.stdout
@@ -77,6 +66,5 @@ def test_unusable_rev_skips_loudly_never_passes(tree):
 
 def test_not_a_git_repo_skips(tree):
     # The ceiling keeps git from finding a repository above tmp_path.
-    res = tree.run("--base", "HEAD", env={"GIT_CEILING_DIRECTORIES": str(tree.root.parent)})
-    assert res.returncode == 0, res.stderr
+    res = tree.passes("--base", "HEAD", env={"GIT_CEILING_DIRECTORIES": str(tree.root.parent)})
     assert "SKIP !!!" in res.stdout

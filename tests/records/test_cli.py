@@ -9,8 +9,7 @@ DASH = "\u2014"
 
 
 def test_valid_tree_prints_one_line_summary(tree):
-    res = tree.run()
-    assert res.returncode == 0, res.stderr
+    res = tree.passes()
     assert res.stdout.strip().splitlines()[-1] == (
         "records OK: 3 rows, 1 owners, 1 owed, anchors 1/0/0 ok/stale/broken, "
         "base SKIPPED (no --base given)")
@@ -18,18 +17,12 @@ def test_valid_tree_prints_one_line_summary(tree):
 
 def test_every_error_is_listed(tree):
     tree.append("| #3 | `NOBODY` | undeclared | capability |", "| #3 | oops |")
-    res = tree.run()
-    assert res.returncode == 1
-    assert "records FAILED: 2 errors" in res.stderr
-    assert "malformed row" in res.stderr
-    assert "`NOBODY`" in res.stderr
+    tree.refused("records FAILED: 2 errors", "malformed row", "`NOBODY`")
 
 
 def test_missing_index_fails(tree):
     (tree.root / ".agents" / "issue-index.md").unlink()
-    res = tree.run()
-    assert res.returncode == 1
-    assert "issue-index.md: missing" in res.stderr
+    tree.refused("issue-index.md: missing")
 
 
 def test_real_tree_passes_and_indexes_every_issue(checker):
