@@ -84,6 +84,20 @@ def _one_key_overflows(D, k_len, rng):
     return q, k
 
 
+def _paged_rows(kr, vr, bs):
+    """kr, vr [k_len, D] as a one-KV-head paged cache [nb, bs, 1, D] whose key j sits in block 1 + j // bs
+    (block 0 left zero, unread), with its block table [1, nb - 1]."""
+    k_len, D = kr.shape
+    nb = (k_len + bs - 1) // bs + 1
+    kc = np.zeros((nb, bs, 1, D), np.float32)
+    vc = np.zeros((nb, bs, 1, D), np.float32)
+    for j in range(k_len):
+        kc[1 + j // bs, j % bs, 0] = kr[j]
+        vc[1 + j // bs, j % bs, 0] = vr[j]
+    bt = np.arange(1, nb, dtype=np.int32)[None, :]
+    return kc, vc, bt
+
+
 @pytest.mark.parametrize("softmax_scale", [1e38, 3.4e38, -3.4e38])
 @pytest.mark.parametrize("G", [1, 8])
 def test_softmax_scale_near_float32_range_stays_finite(isa, softmax_scale, G):
@@ -93,14 +107,8 @@ def test_softmax_scale_near_float32_range_stays_finite(isa, softmax_scale, G):
     if softmax_scale < 0:
         kr[:, 0] = -kr[:, 0]  # the overflowing logit stays the largest
     H = G
-    nb = (k_len + bs - 1) // bs + 1
-    kc = np.zeros((nb, bs, 1, D), np.float32)
-    vc = np.zeros((nb, bs, 1, D), np.float32)
     vr = rng.standard_normal((k_len, D)).astype(np.float32)
-    for j in range(k_len):
-        kc[1 + j // bs, j % bs, 0] = kr[j]
-        vc[1 + j // bs, j % bs, 0] = vr[j]
-    bt = np.arange(1, nb, dtype=np.int32)[None, :]
+    kc, vc, bt = _paged_rows(kr, vr, bs)
     q = np.repeat(q1, H, axis=1)
     out, lse = _run(q, kc, vc, bt, k_len, softmax_scale=softmax_scale)
     # float64 oracle: logits scale * (q . K_j) do not overflow in float64
@@ -118,14 +126,8 @@ def test_k_descale_times_scale_beyond_float32_stays_finite(isa):
     rng = np.random.default_rng(10)
     D, bs, k_len = 32, 16, 20
     q1, kr = _one_key_overflows(D, k_len, rng)
-    nb = (k_len + bs - 1) // bs + 1
-    kc = np.zeros((nb, bs, 1, D), np.float32)
-    vc = np.zeros((nb, bs, 1, D), np.float32)
     vr = rng.standard_normal((k_len, D)).astype(np.float32)
-    for j in range(k_len):
-        kc[1 + j // bs, j % bs, 0] = kr[j]
-        vc[1 + j // bs, j % bs, 0] = vr[j]
-    bt = np.arange(1, nb, dtype=np.int32)[None, :]
+    kc, vc, bt = _paged_rows(kr, vr, bs)
     codes_k = vt.fp8_quantize(kc, 1.0)
     codes_v = vt.fp8_quantize(vc, 1.0)
     kd = np.array([1e30], np.float32)
