@@ -23,8 +23,8 @@ import pytest
 
 import vtinfer as vt
 from tests.numerics import octave_twin as twin
-from tests.numerics.test_attention_oracle import check_close, shuffled_block_table
-from tests.numerics.test_kv_formats_uq import rows as uq_rows
+from tests.numerics.test_kv_formats_uq import (ORACLE_Q_LENS, check_attention_against_oracle, rows as uq_rows,
+                                                 store_oracle_sequences)
 from vtinfer.testing import upstream
 
 FMTS = ("octave_k3v4", "octave_k3v3", "octave_k3v3_compact")
@@ -204,26 +204,15 @@ def test_attention_matches_oracle_over_dequantized_cache(fmt, Hkv, H):
     """The float64 oracle reads the twin's dequantized K / V (model basis, the query as given)."""
     D = 128
     rng = np.random.default_rng(H + len(fmt))
-    q_lens, k_lens, bs = [1, 7, 1, 12], [1, 33, 70, 41], 16
-    NB, bt = shuffled_block_table(rng, k_lens, bs, extra_blocks=2)
-    cache = np.full((NB, bs, Hkv, vt.turboquant_slot_bytes(fmt, D)), 0x5A, np.uint8)
-    used = np.zeros(NB * bs, bool)
-    for b in range(len(k_lens)):
-        j = np.arange(k_lens[b])
-        slots = bt[b, j // bs].astype(np.int64) * bs + j % bs
-        kv = rng.standard_normal((2, len(j), Hkv, D)) * np.exp2(rng.integers(-4, 5, (2, len(j), Hkv, 1)))
-        vt.turboquant_store(kv[0].astype(np.float32), kv[1].astype(np.float32), cache, slots, fmt)
-        used[slots] = True
-    K, V = twin.decode(cache.reshape(NB * bs, Hkv, -1), fmt, D, D)
-    K, V = K.astype(np.float64), V.astype(np.float64)
-    K[~used], V[~used] = np.nan, np.nan
-    q = rng.standard_normal((sum(q_lens), H, D)).astype(np.float32)
-    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-    sk = np.asarray(k_lens, np.int32)
-    out, lse = vt.turboquant_attention(q, cache, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=fmt,
-                                       return_lse=True, softmax_scale=D ** -0.5, num_threads=2)
-    check_close(out, lse, (q, K.reshape(NB, bs, Hkv, D), V.reshape(NB, bs, Hkv, D), cu, sk, bt),
-                {"softmax_scale": D ** -0.5}, what=f"{fmt} GQA {H // Hkv}")
+
+    def draw(T):
+        kv = rng.standard_normal((2, T, Hkv, D)) * np.exp2(rng.integers(-4, 5, (2, T, Hkv, 1)))
+        return kv[0].astype(np.float32), kv[1].astype(np.float32)
+
+    cache, bt, used = store_oracle_sequences(rng, fmt, Hkv, D, draw)
+    K, V = twin.decode(cache.reshape(-1, Hkv, cache.shape[-1]), fmt, D, D)
+    q = rng.standard_normal((sum(ORACLE_Q_LENS), H, D)).astype(np.float32)
+    check_attention_against_oracle(fmt, q, q, cache, bt, used, K, V, what=f"{fmt} GQA {H // Hkv}")
 
 
 def test_bad_geometry_gets_the_formats_one_message():

@@ -204,6 +204,43 @@ def test_attention_matches_vllms_reference_attention(vllm_reference):
     assert float(err.max()) < 0.02 and float(err.mean()) < 2e-3, (float(err.max()), float(err.mean()))
 
 
+ORACLE_Q_LENS, ORACLE_K_LENS, ORACLE_BS = [1, 7, 1, 12], [1, 33, 70, 41], 16
+
+
+def store_oracle_sequences(rng, fmt, Hkv, D, draw):
+    """The slot cache of the oracle tests: ORACLE_K_LENS keys per sequence in blocks of ORACLE_BS, over a
+    shuffled block table with 2 spare blocks, its untouched bytes 0x5A. draw(T) gives a sequence's key and
+    value rows (float32 [T, Hkv, D]), stored through turboquant_store. Returns the cache
+    [NB, bs, Hkv, slot bytes], the block table and which of the NB * bs slots hold a key."""
+    bs = ORACLE_BS
+    NB, bt = shuffled_block_table(rng, ORACLE_K_LENS, bs, extra_blocks=2)
+    cache = np.full((NB, bs, Hkv, vt.turboquant_slot_bytes(fmt, D)), 0x5A, np.uint8)
+    used = np.zeros(NB * bs, bool)
+    for b, k_len in enumerate(ORACLE_K_LENS):
+        j = np.arange(k_len)
+        slots = bt[b, j // bs].astype(np.int64) * bs + j % bs
+        key, value = draw(k_len)
+        vt.turboquant_store(key, value, cache, slots, fmt)
+        used[slots] = True
+    return cache, bt, used
+
+
+def check_attention_against_oracle(fmt, q, q_oracle, cache, bt, used, K, V, what):
+    """turboquant_attention over cache (ORACLE_Q_LENS queries q [T, H, D]) against the float64 oracle of
+    test_attention_oracle.py reading q_oracle and the twin's K, V [NB * bs, Hkv, D] (NaN where no key was
+    stored), with FlashAttention's 2x rule."""
+    NB, bs, Hkv = cache.shape[:3]
+    D = q.shape[-1]
+    K, V = K.astype(np.float64), V.astype(np.float64)
+    K[~used], V[~used] = np.nan, np.nan
+    cu = np.concatenate([[0], np.cumsum(ORACLE_Q_LENS)]).astype(np.int32)
+    sk = np.asarray(ORACLE_K_LENS, np.int32)
+    out, lse = vt.turboquant_attention(q, cache, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=fmt,
+                                       return_lse=True, softmax_scale=D ** -0.5, num_threads=2)
+    check_close(out, lse, (q_oracle, K.reshape(NB, bs, Hkv, D), V.reshape(NB, bs, Hkv, D), cu, sk, bt),
+                {"softmax_scale": D ** -0.5}, what=what)
+
+
 @pytest.mark.parametrize("Hkv,H", [(2, 2), (2, 8)])
 @pytest.mark.parametrize("D", [64, 256])
 def test_attention_matches_oracle_over_dequantized_cache(D, Hkv, H):
@@ -211,31 +248,17 @@ def test_attention_matches_oracle_over_dequantized_cache(D, Hkv, H):
     q_rot = e4m3fn(q H). The queries are dyadic (k / 8, |k| <= 8) and at D = 64 / 256 H's entries are
     +-1/8 / +-1/16, so q H is exact in float32 and its e4m3 rounding is the same wherever computed."""
     rng = np.random.default_rng(D + H)
-    q_lens, k_lens, bs = [1, 7, 1, 12], [1, 33, 70, 41], 16
-    NB, bt = shuffled_block_table(rng, k_lens, bs, extra_blocks=2)
-    cache = np.full((NB, bs, Hkv, vt.turboquant_slot_bytes(FMT, D)), 0x5A, np.uint8)
-    used = np.zeros(NB * bs, bool)
-    for b in range(len(k_lens)):
-        j = np.arange(k_lens[b])
-        slots = bt[b, j // bs].astype(np.int64) * bs + j % bs
-        vt.turboquant_store(rows(rng, len(j), Hkv, D, "float32", adversarial=False),
-                            rng.standard_normal((len(j), Hkv, D)).astype(np.float32), cache, slots, FMT)
-        used[slots] = True
-    K, V = uq_twin.gather(cache, np.arange(NB * bs), D)
-    K, V = K.astype(np.float64), V.astype(np.float64)
-    K[~used], V[~used] = np.nan, np.nan
-    q = (rng.integers(-8, 9, (sum(q_lens), H, D)) / 8).astype(np.float32)
+    cache, bt, used = store_oracle_sequences(
+        rng, FMT, Hkv, D, lambda T: (rows(rng, T, Hkv, D, "float32", adversarial=False),
+                                     rng.standard_normal((T, Hkv, D)).astype(np.float32)))
+    K, V = uq_twin.gather(cache, np.arange(cache.shape[0] * cache.shape[1]), D)
+    q = (rng.integers(-8, 9, (sum(ORACLE_Q_LENS), H, D)) / 8).astype(np.float32)
     sylvester = np.ones((1, 1))
     while sylvester.shape[0] < D:
         sylvester = np.block([[sylvester, sylvester], [sylvester, -sylvester]])
     q_read = (q.astype(np.float64) @ (sylvester / math.sqrt(D))).astype(np.float32)
     q_read = q_read.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
-    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-    sk = np.asarray(k_lens, np.int32)
-    out, lse = vt.turboquant_attention(q, cache, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=FMT,
-                                       return_lse=True, softmax_scale=D ** -0.5, num_threads=2)
-    check_close(out, lse, (q_read, K.reshape(NB, bs, Hkv, D), V.reshape(NB, bs, Hkv, D), cu, sk, bt),
-                {"softmax_scale": D ** -0.5}, what=f"{FMT} D={D} GQA {H // Hkv}")
+    check_attention_against_oracle(FMT, q, q_read, cache, bt, used, K, V, what=f"{FMT} D={D} GQA {H // Hkv}")
 
 
 @pytest.mark.parametrize("fmt", [FMT, "octave_k3v3"])
