@@ -31,11 +31,16 @@ def _cache_msg(d: int) -> str:
     return str(e.value)
 
 
+def _int4_caches(d: int, scale: float) -> tuple[np.ndarray, ...]:
+    """An int4 cache pair [NB, BS, H, d // 2] of zero codes and its scale caches [NB, BS, H] of `scale`."""
+    kc, vc = (np.zeros((NB, BS, H, d // 2), np.uint8) for _ in range(2))
+    ks, vs = (np.full((NB, BS, H), scale, np.float32) for _ in range(2))
+    return kc, vc, ks, vs
+
+
 def _store_msg(d: int) -> str:
     k = np.ones((2, H, d), np.float32)
-    row = d // 2
-    kc, vc = (np.zeros((NB, BS, H, row), np.uint8) for _ in range(2))
-    ks, vs = (np.zeros((NB, BS, H), np.float32) for _ in range(2))
+    kc, vc, ks, vs = _int4_caches(d, 0.0)
     before = kc.copy()
     with pytest.raises(ValueError) as e:
         vt.reshape_and_cache_flash(k, k, kc, vc, np.arange(2), I4, 1.0, 1.0, k_scale_cache=ks, v_scale_cache=vs)
@@ -45,9 +50,7 @@ def _store_msg(d: int) -> str:
 
 def _attn_msg(d: int) -> str:
     q = np.ones((1, H, d), np.float32)
-    row = d // 2
-    kc, vc = (np.zeros((NB, BS, H, row), np.uint8) for _ in range(2))
-    ks, vs = (np.ones((NB, BS, H), np.float32) for _ in range(2))
+    kc, vc, ks, vs = _int4_caches(d, 1.0)
     with pytest.raises(ValueError) as e:
         vt.flash_attn_varlen_func(q, kc, vc, cu_seqlens_q=np.array([0, 1], np.int32),
                                   seqused_k=np.array([1], np.int32), block_table=np.zeros((1, 1), np.int32),
