@@ -348,22 +348,30 @@ static void finish_tile(const vt_attn_params *p, const plan *pl, const vt_attn_i
     }
 }
 
+/* The next work item off the shared counter: its index, with *it and its chunk *c; -1 when all are taken. */
+static int64_t next_item(run_ctx *ctx, vt_attn_item *it, int32_t *c) {
+    const int64_t idx = atomic_fetch_add(&ctx->next, 1);
+    if (idx >= ctx->pl->n_items) return -1;
+    item_at(ctx->p, ctx->pl, idx, it, c);
+    return idx;
+}
+
+/* Where split item idx (of sequence it->b) leaves its partial result. */
+static float *part_of(const plan *pl, const vt_attn_item *it, int64_t idx) {
+    return pl->parts + (size_t)(pl->part_off[it->b] + (idx - pl->item_off[it->b])) * pl->part_floats;
+}
+
 static void run_items(void *vctx, int ith, int nth) {
     (void)nth;
     run_ctx *ctx = (run_ctx *)vctx;
     const vt_attn_params *p = ctx->p;
     plan *pl = ctx->pl;
     float *work = pl->work + (size_t)ith * pl->work_floats;
-    for (;;) {
-        int64_t idx = atomic_fetch_add(&ctx->next, 1);
-        if (idx >= pl->n_items) break;
-        vt_attn_item it;
-        int32_t c;
-        item_at(p, pl, idx, &it, &c);
-        float *dst;
-        int32_t ns = pl->nsplit[it.b];
-        if (ns > 1) dst = pl->parts + (size_t)(pl->part_off[it.b] + (idx - pl->item_off[it.b])) * pl->part_floats;
-        else dst = pl->direct + (size_t)ith * pl->part_floats;
+    vt_attn_item it;
+    int32_t c;
+    for (int64_t idx; (idx = next_item(ctx, &it, &c)) >= 0;) {
+        const int32_t ns = pl->nsplit[it.b];
+        float *dst = ns > 1 ? part_of(pl, &it, idx) : pl->direct + (size_t)ith * pl->part_floats;
         ctx->tile(p, &it, work, dst, dst + pl->rows, dst + 2 * pl->rows);
         if (ns == 1) finish_tile(p, pl, &it, dst, 1);
     }
@@ -372,18 +380,11 @@ static void run_items(void *vctx, int ith, int nth) {
 static void run_merges(void *vctx, int ith, int nth) {
     (void)ith, (void)nth;
     run_ctx *ctx = (run_ctx *)vctx;
-    const vt_attn_params *p = ctx->p;
-    plan *pl = ctx->pl;
-    for (;;) {
-        int64_t idx = atomic_fetch_add(&ctx->next, 1);
-        if (idx >= pl->n_items) break;
-        vt_attn_item it;
-        int32_t c;
-        item_at(p, pl, idx, &it, &c);
-        int32_t ns = pl->nsplit[it.b];
-        if (ns == 1 || c != 0) continue;
-        float *part0 = pl->parts + (size_t)(pl->part_off[it.b] + (idx - pl->item_off[it.b])) * pl->part_floats;
-        finish_tile(p, pl, &it, part0, ns);
+    vt_attn_item it;
+    int32_t c;
+    for (int64_t idx; (idx = next_item(ctx, &it, &c)) >= 0;) {
+        const int32_t ns = ctx->pl->nsplit[it.b];
+        if (ns != 1 && c == 0) finish_tile(ctx->p, ctx->pl, &it, part_of(ctx->pl, &it, idx), ns);
     }
 }
 

@@ -66,20 +66,16 @@ vt_status vt_swap_blocks(const vt_swap_blocks_params *p, int num_threads, vt_err
     const int64_t nsrc = swap_blocks_in(p->src_extent, ss, p->block_bytes, p->src_num_blocks);
     const int64_t ndst = swap_blocks_in(p->dst_extent, ds, p->block_bytes, p->dst_num_blocks);
     for (int64_t i = 0; i < p->num_pairs; i++) {
-        const int64_t s = p->block_mapping[i * p->map_stride_pair];
-        const int64_t d = p->block_mapping[i * p->map_stride_pair + p->map_stride_col];
-        if (s < 0 || s >= nsrc)
-            return vt_error_set(err, VT_ERR_INDEX,
-                                "%s: block_mapping[%lld][0] must be in [0, %lld) (blocks of %lld bytes, %lld apart, "
-                                "in src); got %lld",
-                                fn, (long long)i, (long long)nsrc, (long long)p->block_bytes, (long long)ss,
-                                (long long)s);
-        if (d < 0 || d >= ndst)
-            return vt_error_set(err, VT_ERR_INDEX,
-                                "%s: block_mapping[%lld][1] must be in [0, %lld) (blocks of %lld bytes, %lld apart, "
-                                "in dst); got %lld",
-                                fn, (long long)i, (long long)ndst, (long long)p->block_bytes, (long long)ds,
-                                (long long)d);
+        for (int col = 0; col < 2; col++) {
+            const int64_t b = p->block_mapping[i * p->map_stride_pair + col * p->map_stride_col];
+            const int64_t nb = col ? ndst : nsrc;
+            if (b < 0 || b >= nb)
+                return vt_error_set(err, VT_ERR_INDEX,
+                                    "%s: block_mapping[%lld][%d] must be in [0, %lld) (blocks of %lld bytes, %lld "
+                                    "apart, in %s); got %lld",
+                                    fn, (long long)i, col, (long long)nb, (long long)p->block_bytes,
+                                    (long long)(col ? ds : ss), col ? "dst" : "src", (long long)b);
+        }
     }
     int64_t total = p->num_pairs > INT64_MAX / p->block_bytes ? INT64_MAX : p->num_pairs * p->block_bytes;
     int nth = threads_for(total, num_threads);

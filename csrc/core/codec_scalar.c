@@ -121,12 +121,13 @@ static inline float load_bf16(const void *p, size_t i) { return vt_bf16_to_f32((
     static void NAME(const void *src, uint8_t *dst, size_t n, float scale) {     \
         for (size_t i = 0; i < n; i++) dst[i] = ENC(LOAD(src, i) / scale);       \
     }
-QUANT_ROW(quant_f32_e4m3, load_f32, vt_fp8_e4m3_from_f32)
-QUANT_ROW(quant_f16_e4m3, load_f16, vt_fp8_e4m3_from_f32)
-QUANT_ROW(quant_bf16_e4m3, load_bf16, vt_fp8_e4m3_from_f32)
-QUANT_ROW(quant_f32_e5m2, load_f32, vt_fp8_e5m2_from_f32)
-QUANT_ROW(quant_f16_e5m2, load_f16, vt_fp8_e5m2_from_f32)
-QUANT_ROW(quant_bf16_e5m2, load_bf16, vt_fp8_e5m2_from_f32)
+/* One fp8 format's quantizers from each float input. */
+#define QUANT_ROWS(FMT, ENC)                           \
+    QUANT_ROW(quant_f32_##FMT, load_f32, ENC)          \
+    QUANT_ROW(quant_f16_##FMT, load_f16, ENC)          \
+    QUANT_ROW(quant_bf16_##FMT, load_bf16, ENC)
+QUANT_ROWS(e4m3, vt_fp8_e4m3_from_f32)
+QUANT_ROWS(e5m2, vt_fp8_e5m2_from_f32)
 
 static inline void store_f32(void *p, size_t i, float v) { ((float *)p)[i] = v; }
 static inline void store_f16(void *p, size_t i, float v) { ((uint16_t *)p)[i] = vt_f16_from_f32(v); }
@@ -137,12 +138,13 @@ static inline void store_bf16(void *p, size_t i, float v) { ((uint16_t *)p)[i] =
         const float *t = vt_fp8_decode_table(TABLE);                              \
         for (size_t i = 0; i < n; i++) STORE(dst, i, t[src[i]] * scale);          \
     }
-DEQUANT_ROW(dequant_e4m3_f32, VT_DTYPE_FP8_E4M3, store_f32)
-DEQUANT_ROW(dequant_e4m3_f16, VT_DTYPE_FP8_E4M3, store_f16)
-DEQUANT_ROW(dequant_e4m3_bf16, VT_DTYPE_FP8_E4M3, store_bf16)
-DEQUANT_ROW(dequant_e5m2_f32, VT_DTYPE_FP8_E5M2, store_f32)
-DEQUANT_ROW(dequant_e5m2_f16, VT_DTYPE_FP8_E5M2, store_f16)
-DEQUANT_ROW(dequant_e5m2_bf16, VT_DTYPE_FP8_E5M2, store_bf16)
+/* One fp8 format's dequantizers to each float output. */
+#define DEQUANT_ROWS(FMT, TABLE)                          \
+    DEQUANT_ROW(dequant_##FMT##_f32, TABLE, store_f32)    \
+    DEQUANT_ROW(dequant_##FMT##_f16, TABLE, store_f16)    \
+    DEQUANT_ROW(dequant_##FMT##_bf16, TABLE, store_bf16)
+DEQUANT_ROWS(e4m3, VT_DTYPE_FP8_E4M3)
+DEQUANT_ROWS(e5m2, VT_DTYPE_FP8_E5M2)
 
 #define CONVERT_ROW(NAME, LOAD, STORE)                                \
     static void NAME(const void *src, void *dst, size_t n) {         \
