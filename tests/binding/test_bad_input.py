@@ -10,6 +10,7 @@ crashing row (the rest of the batch is re-run in a fresh child).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -31,11 +32,13 @@ REPO = Path(__file__).resolve().parents[2]
 # (zero-length inputs).
 
 
+CACHE_ARGS = dict(num_layers=2, num_blocks=4, block_size=4, num_kv_heads=2, head_size=8, dtype="fp8_e4m3")
+
+
 def _cache(dtype="fp8_e4m3", **kw):
     import vtinfer as vt
 
-    args = dict(num_layers=2, num_blocks=4, block_size=4, num_kv_heads=2, head_size=8, dtype=dtype)
-    args.update(kw)
+    args = {**CACHE_ARGS, "dtype": dtype, **kw}
     c = vt.PagedKVCache(**args)
     rng = np.random.default_rng(0)
     for layer in range(args["num_layers"]):
@@ -67,6 +70,12 @@ ROWS: dict[str, object] = {}
 def row(fn):
     ROWS[fn.__name__] = fn
     return fn
+
+
+def table_rows(make, table: dict[str, tuple]) -> None:
+    """One row per table entry, in table order: the row named `name` is make(*table[name])."""
+    for name, args in table.items():
+        ROWS[name] = functools.partial(make, *args)
 
 
 # --- codecs
@@ -146,33 +155,20 @@ def codec_zero_length():
 
 
 # --- PagedKVCache construction and scales
-@row
-def cache_size_overflows_64_bits():
+def _cache_args_row(exc, frag, changes: dict):
+    """A row: the PagedKVCache of CACHE_ARGS with `changes` in their place must raise exc naming frag."""
     import vtinfer as vt
-    return (lambda: vt.PagedKVCache(num_layers=2, num_blocks=2**60, block_size=2**10, num_kv_heads=2, head_size=8,
-                                    dtype="fp8_e4m3"), ValueError, "num_blocks", [])
+    return lambda: vt.PagedKVCache(**{**CACHE_ARGS, **changes}), exc, frag, []
 
 
-@row
-def cache_zero_blocks():
-    import vtinfer as vt
-    return (lambda: vt.PagedKVCache(num_layers=2, num_blocks=0, block_size=4, num_kv_heads=2, head_size=8,
-                                    dtype="fp8_e4m3"), ValueError, "num_blocks", [])
-
-
-@row
-def cache_k_scale_inf():
-    import vtinfer as vt
-    return (lambda: vt.PagedKVCache(num_layers=2, num_blocks=4, block_size=4, num_kv_heads=2, head_size=8,
-                                    dtype="fp8_e4m3", k_scale=float("inf")), ValueError, "k_scale", [])
-
-
-@row
-def cache_v_scale_zero_per_head():
-    import vtinfer as vt
-    return (lambda: vt.PagedKVCache(num_layers=2, num_blocks=4, block_size=4, num_kv_heads=2, head_size=8,
-                                    dtype="fp8_e4m3", v_scale=np.array([[1, 1], [1, 0]], np.float32)),
-            ValueError, "v_scale", [])
+# name -> _cache_args_row's exception, message fragment and the arguments that differ from CACHE_ARGS
+table_rows(_cache_args_row, {
+    "cache_size_overflows_64_bits": (ValueError, "num_blocks", {"num_blocks": 2**60, "block_size": 2**10}),
+    "cache_zero_blocks": (ValueError, "num_blocks", {"num_blocks": 0}),
+    "cache_k_scale_inf": (ValueError, "k_scale", {"k_scale": float("inf")}),
+    "cache_v_scale_zero_per_head": (ValueError, "v_scale", {"v_scale": np.array([[1, 1], [1, 0]], np.float32)}),
+    "cache_bad_dtype": (ValueError, "dtype", {"dtype": "int8"}),
+})
 
 
 @row
@@ -181,55 +177,24 @@ def cache_set_k_scale_nan_keeps_old():
     return lambda: setattr(c, "k_scale", np.float32("nan")), ValueError, "k_scale", [c]
 
 
-@row
-def cache_bad_dtype():
-    import vtinfer as vt
-    return (lambda: vt.PagedKVCache(num_layers=2, num_blocks=4, block_size=4, num_kv_heads=2, head_size=8,
-                                    dtype="int8"), ValueError, "dtype", [])
-
-
 # --- PagedKVCache.store
-@row
-def store_layer_too_big():
+def _store_row(exc, frag, layer: int, slots: list):
+    """A row: storing _kv's 3 tokens into layer `layer` of _cache at `slots` must raise exc naming frag."""
     c, (k, v) = _cache(), _kv()
-    return lambda: c.store(2, k, v, np.array([0, 1, 2])), IndexError, "layer", [c]
+    return lambda: c.store(layer, k, v, np.array(slots)), exc, frag, [c]
 
 
-@row
-def store_layer_negative():
-    c, (k, v) = _cache(), _kv()
-    return lambda: c.store(-1, k, v, np.array([0, 1, 2])), IndexError, "layer", [c]
-
-
-@row
-def store_slot_one_past_end():
-    c, (k, v) = _cache(), _kv()
-    return lambda: c.store(0, k, v, np.array([0, 1, 16])), IndexError, "slot_mapping", [c]
-
-
-@row
-def store_slot_huge():
-    c, (k, v) = _cache(), _kv()
-    return lambda: c.store(0, k, v, np.array([0, 2**62, 1])), IndexError, "slot_mapping", [c]
-
-
-@row
-def store_slot_int64_max_after_negative():
-    c, (k, v) = _cache(), _kv()
-    return lambda: c.store(0, k, v, np.array([-2**63, -1, 2**63 - 1])), IndexError, "slot_mapping", [c]
-
-
-@row
-def store_slot_float():
-    c, (k, v) = _cache(), _kv()
-    return lambda: c.store(0, k, v, np.array([0.0, 1.0, 2.0])), TypeError, "slot_mapping", [c]
-
-
-@row
-def store_slot_wrong_length():
-    c, (k, v) = _cache(), _kv()
+# name -> _store_row's exception, message fragment, layer and slot_mapping
+table_rows(_store_row, {
+    "store_layer_too_big": (IndexError, "layer", 2, [0, 1, 2]),
+    "store_layer_negative": (IndexError, "layer", -1, [0, 1, 2]),
+    "store_slot_one_past_end": (IndexError, "slot_mapping", 0, [0, 1, 16]),
+    "store_slot_huge": (IndexError, "slot_mapping", 0, [0, 2**62, 1]),
+    "store_slot_int64_max_after_negative": (IndexError, "slot_mapping", 0, [-2**63, -1, 2**63 - 1]),
+    "store_slot_float": (TypeError, "slot_mapping", 0, [0.0, 1.0, 2.0]),
     # vLLM takes num_tokens from slot_mapping (key may be padded): more slots than tokens is the error
-    return lambda: c.store(0, k, v, np.array([0, 1, 2, 3])), ValueError, "slot_mapping", [c]
+    "store_slot_wrong_length": (ValueError, "slot_mapping", 0, [0, 1, 2, 3]),
+})
 
 
 @row
@@ -484,61 +449,25 @@ def _resolve_row(exc, frag, config: bytes, hf_quant: bytes | None = None, flag="
     return lambda: vt.resolve_kv_cache_dtype(flag, d), exc, frag, []
 
 
-@row
-def json_bomb_nesting():
-    return _resolve_row(ValueError, "config.json", b"[" * 100000)
-
-
-@row
-def json_bomb_nesting_objects():
-    return _resolve_row(ValueError, "config.json", b'{"a":' * 5000 + b"1" + b"}" * 5000)
-
-
-@row
-def json_non_utf8():
-    return _resolve_row(ValueError, "config.json", b'{"a": "\xff\xfe"}')
-
-
-@row
-def json_non_utf8_hf_quant_config():
-    return _resolve_row(ValueError, "hf_quant_config.json", b"{}", b'{"quant_method": "\xc3\x28"}')
-
-
-@row
-def json_overlong_utf8():
-    return _resolve_row(ValueError, "config.json", b'{"a": "\xc0\xaf"}')
-
-
-@row
-def json_raw_surrogate_bytes():
-    return _resolve_row(ValueError, "config.json", b'{"a": "\xed\xa0\x80"}')
-
-
-@row
-def json_empty_file():
-    return _resolve_row(ValueError, "config.json", b"")
-
-
-@row
-def json_trailing_garbage():
-    return _resolve_row(ValueError, "config.json", b"{} x")
-
-
-@row
-def json_huge_integer():
-    return _resolve_row(ValueError, "config.json", b'{"quantization_config": {"num_bits": ' + b"9" * 5000 + b"}}")
-
-
-@row
-def json_quantization_config_not_object():
+# name -> _resolve_row's exception, message fragment, config.json bytes [, hf_quant_config.json bytes]
+table_rows(_resolve_row, {
+    "json_bomb_nesting": (ValueError, "config.json", b"[" * 100000),
+    "json_bomb_nesting_objects": (ValueError, "config.json", b'{"a":' * 5000 + b"1" + b"}" * 5000),
+    "json_non_utf8": (ValueError, "config.json", b'{"a": "\xff\xfe"}'),
+    "json_non_utf8_hf_quant_config": (ValueError, "hf_quant_config.json", b"{}", b'{"quant_method": "\xc3\x28"}'),
+    "json_overlong_utf8": (ValueError, "config.json", b'{"a": "\xc0\xaf"}'),
+    "json_raw_surrogate_bytes": (ValueError, "config.json", b'{"a": "\xed\xa0\x80"}'),
+    "json_empty_file": (ValueError, "config.json", b""),
+    "json_trailing_garbage": (ValueError, "config.json", b"{} x"),
+    "json_huge_integer": (ValueError, "config.json",
+                          b'{"quantization_config": {"num_bits": ' + b"9" * 5000 + b"}}"),
     # vLLM raises AttributeError (.get on a list); vtinfer maps it to TypeError (resolve.py docstring)
-    return _resolve_row(TypeError, "quantization_config", b'{"quantization_config": [1, 2]}')
-
-
-@row
-def json_unknown_modelopt_algo():
-    return _resolve_row(ValueError, "ModelOpt", b'{"quantization_config": {"producer": {"name": "modelopt"}, '
-                                                b'"quantization": {"quant_algo": "INT3"}}}')
+    "json_quantization_config_not_object": (TypeError, "quantization_config",
+                                            b'{"quantization_config": [1, 2]}'),
+    "json_unknown_modelopt_algo": (ValueError, "ModelOpt",
+                                   b'{"quantization_config": {"producer": {"name": "modelopt"}, '
+                                   b'"quantization": {"quant_algo": "INT3"}}}'),
+})
 
 
 @row
