@@ -6,25 +6,8 @@
 #include "vtinfer/dtype.h"
 #include "vtinfer/resolver.h"
 
-static const char *const flags_f32[] = {"float32", "float", NULL};
-static const char *const flags_f16[] = {"float16", "half", NULL};
-static const char *const flags_bf16[] = {"bfloat16", NULL};
-static const char *const flags_e4m3[] = {"fp8", "fp8_e4m3", NULL};
-static const char *const flags_e5m2[] = {"fp8_e5m2", NULL};
-static const char *const aliases_e4m3[] = {"e4m3", "e4m3fn", NULL};
-static const char *const aliases_e5m2[] = {"e5m2", NULL};
-static const char *const flags_i8pth[] = {"int8_per_token_head", NULL};
-static const char *const flags_f8pth[] = {"fp8_per_token_head", NULL};
-static const char *const flags_i4pth[] = {"int4_per_token_head", NULL};
-static const char *const flags_tq_k8v4[] = {"turboquant_k8v4", NULL};
-static const char *const flags_tq_4nc[] = {"turboquant_4bit_nc", NULL};
-static const char *const flags_tq_k3v4[] = {"turboquant_k3v4_nc", NULL};
-static const char *const flags_tq_3nc[] = {"turboquant_3bit_nc", NULL};
-static const char *const flags_uq4[] = {"ultraquant_4bit", NULL};
-static const char *const flags_oct_k3v4[] = {"octave_k3v4", NULL};
-static const char *const flags_oct_k3v3[] = {"octave_k3v3", NULL};
-static const char *const flags_oct_k3v3c[] = {"octave_k3v3_compact", NULL};
-
+/* A row's NULL-terminated name list, in the row itself. */
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 /* Geometry shared by the rows that pack or rotate a head row (vt_dtype_check_head_size). */
 #define INT4_GEOMETRY .head_multiple = 2, .head_max = 4096, .rht_block_max = 1024
 #define SLOT_ROW .numpy_name = "uint8", .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8, .elem_bits = 8, \
@@ -37,34 +20,34 @@ static const char *const flags_oct_k3v3c[] = {"octave_k3v3_compact", NULL};
     .head_max = VT_SLOT_MAX_D
 
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
-    [VT_DTYPE_F32] = {.id = VT_DTYPE_F32, .name = "float32", .numpy_name = "float32", .flags = flags_f32,
+    [VT_DTYPE_F32] = {.id = VT_DTYPE_F32, .name = "float32", .numpy_name = "float32", .flags = NAMES("float32", "float"),
                       .elem_bytes = 4, .max_finite = 3.4028234663852886e38, .exponent_bits = 8, .mantissa_bits = 23,
                       .elem_bits = 32, .code_dtype = VT_DTYPE_F32, .scale_kind = VT_SCALE_NONE,
                       .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
-    [VT_DTYPE_F16] = {.id = VT_DTYPE_F16, .name = "float16", .numpy_name = "float16", .flags = flags_f16,
+    [VT_DTYPE_F16] = {.id = VT_DTYPE_F16, .name = "float16", .numpy_name = "float16", .flags = NAMES("float16", "half"),
                       .elem_bytes = 2, .max_finite = 65504.0, .exponent_bits = 5, .mantissa_bits = 10,
                       .elem_bits = 16, .code_dtype = VT_DTYPE_F16, .scale_kind = VT_SCALE_NONE,
                       .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
-    [VT_DTYPE_BF16] = {.id = VT_DTYPE_BF16, .name = "bfloat16", .numpy_name = "bfloat16", .flags = flags_bf16,
+    [VT_DTYPE_BF16] = {.id = VT_DTYPE_BF16, .name = "bfloat16", .numpy_name = "bfloat16", .flags = NAMES("bfloat16"),
                        .elem_bytes = 2, .max_finite = 3.3895313892515355e38, .exponent_bits = 8, .mantissa_bits = 7,
                        .elem_bits = 16, .code_dtype = VT_DTYPE_BF16, .scale_kind = VT_SCALE_NONE,
                        .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "plain"},
     [VT_DTYPE_FP8_E4M3] = {.id = VT_DTYPE_FP8_E4M3, .name = "fp8_e4m3", .numpy_name = "float8_e4m3fn",
-                           .flags = flags_e4m3, .aliases = aliases_e4m3, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 448.0, .exponent_bits = 4,
+                           .flags = NAMES("fp8", "fp8_e4m3"), .aliases = NAMES("e4m3", "e4m3fn"), .elem_bytes = 1, .is_fp8 = 1, .max_finite = 448.0, .exponent_bits = 4,
                            .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
                            .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "fp8"},
     [VT_DTYPE_FP8_E5M2] = {.id = VT_DTYPE_FP8_E5M2, .name = "fp8_e5m2", .numpy_name = "float8_e5m2",
-                           .flags = flags_e5m2, .aliases = aliases_e5m2, .elem_bytes = 1, .is_fp8 = 1, .max_finite = 57344.0,
+                           .flags = NAMES("fp8_e5m2"), .aliases = NAMES("e5m2"), .elem_bytes = 1, .is_fp8 = 1, .max_finite = 57344.0,
                            .exponent_bits = 5, .mantissa_bits = 2, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E5M2,
                            .scale_kind = VT_SCALE_TENSOR, .page_layout = VT_PAGE_DENSE, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "fp8"},
     /* vLLM 0.33 _PER_TOKEN_HEAD_QUANT_PARAMS: int8 (127, -128); fp8 (finfo max, min) = (448, -448). */
     [VT_DTYPE_INT8_PTH] = {.id = VT_DTYPE_INT8_PTH, .name = "int8_per_token_head", .numpy_name = "int8",
-                           .flags = flags_i8pth, .elem_bytes = 1, .max_finite = 127.0, .mantissa_bits = 7,
+                           .flags = NAMES("int8_per_token_head"), .elem_bytes = 1, .max_finite = 127.0, .mantissa_bits = 7,
                            .elem_bits = 8, .is_int = 1, .code_dtype = -1, .scale_kind = VT_SCALE_TOKEN_HEAD,
                            .quant_max = 127.0f, .quant_min = -128.0f, .page_layout = VT_PAGE_SCALE_PLANES,
                            .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "per_token_head"},
     [VT_DTYPE_FP8_PTH] = {.id = VT_DTYPE_FP8_PTH, .name = "fp8_per_token_head", .numpy_name = "float8_e4m3fn",
-                          .flags = flags_f8pth, .elem_bytes = 1, .max_finite = 448.0, .exponent_bits = 4,
+                          .flags = NAMES("fp8_per_token_head"), .elem_bytes = 1, .max_finite = 448.0, .exponent_bits = 4,
                           .mantissa_bits = 3, .elem_bits = 8, .code_dtype = VT_DTYPE_FP8_E4M3,
                           .scale_kind = VT_SCALE_TOKEN_HEAD, .quant_max = 448.0f, .quant_min = -448.0f,
                           .page_layout = VT_PAGE_SCALE_PLANES, .head_multiple = 1, .read_family = VT_READ_ELEMENTS, .family = "per_token_head"},
@@ -72,36 +55,36 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
      * uint8 byte, after a randomized Hadamard rotation over blocks of the head size's largest power-of-two
      * divisor (kv_store_int4.c; rows are rotated whole on the stack, hence head_max). */
     [VT_DTYPE_INT4_PTH] = {.id = VT_DTYPE_INT4_PTH, .name = "int4_per_token_head", .numpy_name = "uint8",
-                           .flags = flags_i4pth, .elem_bytes = 1, .max_finite = 15.0, .mantissa_bits = 4,
+                           .flags = NAMES("int4_per_token_head"), .elem_bytes = 1, .max_finite = 15.0, .mantissa_bits = 4,
                            .elem_bits = 4, .code_dtype = -1, .scale_kind = VT_SCALE_TOKEN_HEAD, .quant_max = 15.0f,
                            .quant_min = 0.0f, .page_layout = VT_PAGE_SCALE_PLANES, INT4_GEOMETRY,
                            .read_family = VT_READ_INT4_ROTATED, .family = "int4_per_token_head"},
     /* vLLM 0.33 turboquant/config.py TQ_PRESETS (key bits, value bits, norm correction): one uint8 slot per
      * (token, KV head); elem_bits 8 are the slot cache's bytes (kv_store_tq.c). The MSE key presets rotate the
      * whole head row by one Hadamard transform, so their head size is a power of two. */
-    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4", .flags = flags_tq_k8v4, TQ_ROW,
+    [VT_DTYPE_TQ_K8V4] = {.id = VT_DTYPE_TQ_K8V4, .name = "turboquant_k8v4", .flags = NAMES("turboquant_k8v4"), TQ_ROW,
                           .key_bits = 8, .value_bits = 4, TQ_GEOMETRY},
-    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc", .flags = flags_tq_4nc, TQ_ROW,
+    [VT_DTYPE_TQ_4BIT_NC] = {.id = VT_DTYPE_TQ_4BIT_NC, .name = "turboquant_4bit_nc", .flags = NAMES("turboquant_4bit_nc"), TQ_ROW,
                              .key_bits = 4, .value_bits = 4, TQ_MSE_KEYS, TQ_GEOMETRY, .head_pow2 = 1},
-    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc", .flags = flags_tq_k3v4, TQ_ROW,
+    [VT_DTYPE_TQ_K3V4_NC] = {.id = VT_DTYPE_TQ_K3V4_NC, .name = "turboquant_k3v4_nc", .flags = NAMES("turboquant_k3v4_nc"), TQ_ROW,
                              .key_bits = 3, .value_bits = 4, TQ_MSE_KEYS, TQ_GEOMETRY, .head_pow2 = 1},
-    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc", .flags = flags_tq_3nc, TQ_ROW,
+    [VT_DTYPE_TQ_3BIT_NC] = {.id = VT_DTYPE_TQ_3BIT_NC, .name = "turboquant_3bit_nc", .flags = NAMES("turboquant_3bit_nc"), TQ_ROW,
                              .key_bits = 3, .value_bits = 3, TQ_MSE_KEYS, TQ_GEOMETRY, .head_pow2 = 1},
     /* vLLM 0.33 ultraquant/format.py: FP4 E2M1 codes, two per byte, and one UE8M0 scale byte per group of 32,
      * keys rotated by one Hadamard transform of the whole row (kv_store_uq.c). */
-    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .flags = flags_uq4, SLOT_ROW,
+    [VT_DTYPE_UQ_4BIT] = {.id = VT_DTYPE_UQ_4BIT, .name = "ultraquant_4bit", .flags = NAMES("ultraquant_4bit"), SLOT_ROW,
                           .key_bits = 4, .value_bits = 4, .head_multiple = 32, .head_max = VT_SLOT_MAX_D, .head_pow2 = 1,
                           .family = "ultraquant", .key_basis = VT_KEY_BASIS_HADAMARD, .boundary_layers = 2,
                           .query_dtype = VT_DTYPE_FP8_E4M3, .slot = &vt_slot_ultraquant},
     /* vLLM 0.33 rocm_octave.py (OctaveFormat, reference_quantize): sign flips and Walsh-Hadamard rotations, Lloyd-Max
      * int8 codebooks, fp16 scales; K per 64-dim block (4-bit on the rotary dims) or, compact, whole; the read gives
      * K and V in the model's basis (kv_store_octave.c). Every layer is quantized (no boundary layers). */
-    [VT_DTYPE_OCT_K3V4] = {.id = VT_DTYPE_OCT_K3V4, .name = "octave_k3v4", .flags = flags_oct_k3v4, OCTAVE_ROW,
+    [VT_DTYPE_OCT_K3V4] = {.id = VT_DTYPE_OCT_K3V4, .name = "octave_k3v4", .flags = NAMES("octave_k3v4"), OCTAVE_ROW,
                            .key_bits = 3, .value_bits = 4, .rope_block = 64},
-    [VT_DTYPE_OCT_K3V3] = {.id = VT_DTYPE_OCT_K3V3, .name = "octave_k3v3", .flags = flags_oct_k3v3, OCTAVE_ROW,
+    [VT_DTYPE_OCT_K3V3] = {.id = VT_DTYPE_OCT_K3V3, .name = "octave_k3v3", .flags = NAMES("octave_k3v3"), OCTAVE_ROW,
                            .key_bits = 3, .value_bits = 3, .rope_block = 64},
     [VT_DTYPE_OCT_K3V3_COMPACT] = {.id = VT_DTYPE_OCT_K3V3_COMPACT, .name = "octave_k3v3_compact",
-                                   .flags = flags_oct_k3v3c, OCTAVE_ROW, .key_bits = 3, .value_bits = 3,
+                                   .flags = NAMES("octave_k3v3_compact"), OCTAVE_ROW, .key_bits = 3, .value_bits = 3,
                                    .head_pow2 = 1},
 };
 
