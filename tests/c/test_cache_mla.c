@@ -45,6 +45,19 @@ static uint8_t e4m3_brute(float y) {
 
 static const char *isa_names[] = {"scalar", "avx2", "avx512"};
 
+/* p (its tokens, slots and cache geometry set) storing kv_c [num_tokens][kv_lora_rank] and
+ * k_pe [num_tokens][pe_dim] (in_dtype, elem bytes an element, rows back to back) into cache, whose
+ * entries of entry_bytes lie back to back, block_size of them a block, in cache_format. */
+static vt_concat_mla_params with_buffers(vt_concat_mla_params p, const void *kv_c, const void *k_pe, vt_dtype in_dtype,
+                                         int64_t elem, void *cache, int64_t entry_bytes, int cache_format) {
+    p.kv_c = kv_c, p.kv_c_stride = elem * p.kv_lora_rank;
+    p.k_pe = k_pe, p.k_pe_stride = elem * p.pe_dim;
+    p.in_dtype = in_dtype;
+    p.kv_cache = cache, p.entry_stride = p.entry_bytes = entry_bytes, p.block_stride = p.block_size * entry_bytes;
+    p.cache_format = cache_format;
+    return p;
+}
+
 /* fp8_ds_mla: 3 tokens (one skipped) into a 2-block cache of 4 entries per block. */
 static void test_ds_mla(void) {
     enum { T = 3, NB = 2, BS = 4, E = VT_MLA_DS_ENTRY_BYTES };
@@ -59,15 +72,12 @@ static void test_ds_mla(void) {
     for (int i = 0; i < VT_MLA_DS_TILE; i++) kv_c[2][3 * VT_MLA_DS_TILE + i] = 0; /* an all-zero tile: scale FLT_MIN */
     const int64_t slots[T] = {6, -1, 1};
     static uint8_t ref[NB * BS * E], cache[NB * BS * E];
+    const vt_concat_mla_params tokens = {.num_tokens = T, .kv_lora_rank = VT_MLA_DS_RANK, .pe_dim = VT_MLA_DS_PE,
+                                         .slot_mapping = slots, .slot_stride = 1, .num_blocks = NB, .block_size = BS};
     for (int isa = VT_ISA_SCALAR; isa <= (int)vt_isa_best(); isa++) {
         CHECK(vt_isa_set((vt_isa)isa, NULL) == VT_OK, "set isa %d", isa);
         memset(cache, 0xAB, sizeof cache);
-        vt_concat_mla_params p = {.kv_c = kv_c, .k_pe = k_pe, .in_dtype = VT_DTYPE_BF16,
-                                  .kv_c_stride = sizeof kv_c[0], .k_pe_stride = sizeof k_pe[0], .num_tokens = T,
-                                  .kv_lora_rank = VT_MLA_DS_RANK, .pe_dim = VT_MLA_DS_PE, .slot_mapping = slots,
-                                  .slot_stride = 1, .kv_cache = cache, .num_blocks = NB, .block_size = BS,
-                                  .block_stride = BS * E, .entry_stride = E, .entry_bytes = E,
-                                  .cache_format = VT_MLA_DS_MLA};
+        vt_concat_mla_params p = with_buffers(tokens, kv_c, k_pe, VT_DTYPE_BF16, 2, cache, E, VT_MLA_DS_MLA);
         vt_error err;
         CHECK(vt_concat_and_cache_mla(&p, &err) == VT_OK, "%s: ds_mla store: %s", isa_names[isa], err.message);
         for (int t = 0; t < T; t++) {
@@ -132,16 +142,14 @@ static void test_auto_and_fp8(void) {
     x[0][3] = 1e6f; /* saturates at 448 * scale */
     const int64_t slots[T] = {3, 0};
     const float scale = 0.5f;
+    const vt_concat_mla_params tokens = {.num_tokens = T, .kv_lora_rank = R, .pe_dim = PE, .slot_mapping = slots,
+                                         .slot_stride = 1, .num_blocks = NB, .block_size = BS};
     for (int isa = VT_ISA_SCALAR; isa <= (int)vt_isa_best(); isa++) {
         CHECK(vt_isa_set((vt_isa)isa, NULL) == VT_OK, "set isa %d", isa);
         vt_error err;
         uint16_t c16[NB * BS][R + PE];
         memset(c16, 0, sizeof c16);
-        vt_concat_mla_params p = {.kv_c = xh, .k_pe = peh, .in_dtype = VT_DTYPE_F16, .kv_c_stride = sizeof xh[0],
-                                  .k_pe_stride = sizeof peh[0], .num_tokens = T, .kv_lora_rank = R, .pe_dim = PE,
-                                  .slot_mapping = slots, .slot_stride = 1, .kv_cache = c16, .num_blocks = NB,
-                                  .block_size = BS, .block_stride = sizeof c16, .entry_stride = sizeof c16[0],
-                                  .entry_bytes = sizeof c16[0], .cache_format = VT_DTYPE_AUTO};
+        vt_concat_mla_params p = with_buffers(tokens, xh, peh, VT_DTYPE_F16, 2, c16, sizeof c16[0], VT_DTYPE_AUTO);
         CHECK(vt_concat_and_cache_mla(&p, &err) == VT_OK, "%s: auto store: %s", isa_names[isa], err.message);
         for (int t = 0; t < T; t++)
             CHECK(memcmp(c16[slots[t]], xh[t], sizeof xh[t]) == 0 && memcmp(c16[slots[t]] + R, peh[t], sizeof peh[t]) == 0,
@@ -149,11 +157,8 @@ static void test_auto_and_fp8(void) {
 
         uint8_t c8[NB * BS][R + PE];
         memset(c8, 0, sizeof c8);
-        vt_concat_mla_params f = {.kv_c = x, .k_pe = pe, .in_dtype = VT_DTYPE_F32, .kv_c_stride = sizeof x[0],
-                                  .k_pe_stride = sizeof pe[0], .num_tokens = T, .kv_lora_rank = R, .pe_dim = PE,
-                                  .slot_mapping = slots, .slot_stride = 1, .kv_cache = c8, .num_blocks = NB,
-                                  .block_size = BS, .block_stride = sizeof c8, .entry_stride = sizeof c8[0],
-                                  .entry_bytes = sizeof c8[0], .cache_format = VT_DTYPE_FP8_E4M3, .scale = scale};
+        vt_concat_mla_params f = with_buffers(tokens, x, pe, VT_DTYPE_F32, 4, c8, sizeof c8[0], VT_DTYPE_FP8_E4M3);
+        f.scale = scale;
         CHECK(vt_concat_and_cache_mla(&f, &err) == VT_OK, "%s: fp8 store: %s", isa_names[isa], err.message);
         for (int t = 0; t < T; t++)
             for (int i = 0; i < R + PE; i++) {
