@@ -40,32 +40,27 @@ __attribute__((target("avx512f"))) static double sum_range(const float *buf, siz
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
+/* The body of a peak loop: 16 independent accumulators a[i], each stepped iters times by STEP (an expression
+ * of a[i]), then summed. Unrolled, so the 16 accumulators live in registers (a loop over a[] at -O2 kept them
+ * in memory and measured the store-to-load latency, not the FMA ports). */
+#define PEAK_LOOP(iters, STEP)                                                                                         \
+    __m512 a[16];                                                                                                      \
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);                                                      \
+    for (long it = 0; it < (iters); it++) {                                                                            \
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) a[i] = (STEP);                                          \
+    }                                                                                                                  \
+    __m512 s = a[0];                                                                                                   \
+    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);                                                           \
+    return _mm512_reduce_add_ps(s)
+
 __attribute__((target("avx512f,fma"))) static double fma_loop(long iters) {
-    __m512 a[16];
     const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long it = 0; it < iters; it++) {
-        /* unrolled, so the 16 accumulators live in registers (a loop over a[] at -O2 kept them in memory
-         * and measured the store-to-load latency, not the FMA ports) */
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], x, y);
-    }
-    __m512 s = a[0];
-    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);
-    return _mm512_reduce_add_ps(s);
+    PEAK_LOOP(iters, _mm512_fmadd_ps(a[i], x, y));
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static double bf16_loop(long iters) {
-    __m512 a[16];
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3F80), y = (__m512bh)_mm512_set1_epi16(0x3380);
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long it = 0; it < iters; it++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
-    }
-    __m512 s = a[0];
-    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);
-    return _mm512_reduce_add_ps(s);
+    PEAK_LOOP(iters, _mm512_dpbf16_ps(a[i], x, y));
 }
 
 static void *run(void *arg) {
