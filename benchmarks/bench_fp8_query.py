@@ -10,13 +10,14 @@ bf16-q time; 1.0 = no cost). Never asserts.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import ml_dtypes
 import numpy as np
 
 import vtinfer as vt
+
+from _common import write_json
 
 
 def case(ctx, H, Hkv, D, bs, kv, q_len, seed=0):
@@ -77,9 +78,7 @@ def main():
     for kk, vv in fig.items():
         print(f"{kk:48s} {vv:9.3f}")
     print(f"isa {vt.build_info()['isa']}  threads {a.threads}")
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(fig, f, indent=1)
+    write_json(a.out, fig)
 
 
 if __name__ == "__main__":
