@@ -24,6 +24,9 @@ from vtinfer.scales import read_safetensors_header
 
 safetensors = pytest.importorskip("safetensors")
 
+# the in-memory reference (safetensors.deserialize accepts the blob), shared with the long-run fuzzer
+from tests.fuzz.fuzz_stheader import lib_ok as _lib_bytes_ok  # noqa: E402
+
 
 def _file(hdr, data=b"", raw=None, n=None):
     h = raw if raw is not None else json.dumps(hdr).encode()
@@ -35,14 +38,6 @@ def _lib_ok(path) -> bool:
         with safetensors.safe_open(str(path), "numpy"):
             return True
     except Exception:  # the library raises SafetensorError (and others for some inputs)
-        return False
-
-
-def _lib_bytes_ok(blob: bytes) -> bool:
-    try:
-        safetensors.deserialize(blob)
-        return True
-    except Exception:
         return False
 
 
