@@ -37,20 +37,22 @@
 #define VT_UNROLL VT_PRAGMA(GCC unroll 16)
 #define KB 8
 #define CH 16 /* elements decoded per chunk: two vectors */
+#define VEC __m256
+#define VW 8
+#define PV_MAXV 8
+#define VLOAD _mm256_loadu_ps
+#define VSTORE _mm256_storeu_ps
+#define VMUL _mm256_mul_ps
+#define VFMA _mm256_fmadd_ps
+#define VSET1 _mm256_set1_ps
+#include "attn_vec.h"
 
 T static AI __m256 exp8(__m256 x) {
     x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(80.0f)), _mm256_set1_ps(-87.0f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507E-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073E-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894E-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459E-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201E-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256 r = VT_EXP_REDUCE(_mm256_fnmadd_ps, _mm256_set1_ps, n, x);
+    const __m256 y = VT_EXP_POLY(_mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_set1_ps, r);
     /* 2^n by the exponent field: n in [-126, 128) after the clamp (-87 / ln 2 > -126) */
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
@@ -60,12 +62,7 @@ T static AI __m256 tanh8(__m256 x) {
     const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
     __m256 ax = _mm256_andnot_ps(sign, x);
     __m256 z = _mm256_mul_ps(x, x);
-    __m256 p = _mm256_set1_ps(-5.70498872745E-3f);
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954E-2f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531E-2f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036E-1f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
-    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+    const __m256 small = VT_TANH_POLY(_mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps, x, z);
     __m256 e = exp8(_mm256_min_ps(_mm256_add_ps(ax, ax), _mm256_set1_ps(80.0f)));
     __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
                                _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
@@ -203,29 +200,6 @@ T static AI void qk_group(int R, const vt_dtype dt, const float *qp, int Dp, int
     case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
     default: qk_rows(4, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
     }
-}
-
-T static AI void pv_vecs(const int NV, float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
-    __m256 a[8];
-    const __m256 al = _mm256_set1_ps(alpha);
-    VT_UNROLL
-    for (int v = 0; v < NV; v++) a[v] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * v), al);
-    for (int jj = 0; jj < nk; jj++) {
-        if (P[jj] == 0.0f) continue;
-        __m256 pb = _mm256_set1_ps(P[jj]);
-        const float *vr = vbuf + (size_t)jj * Dp;
-        VT_UNROLL
-        for (int v = 0; v < NV; v++) a[v] = _mm256_fmadd_ps(pb, _mm256_loadu_ps(vr + 8 * v), a[v]);
-    }
-    VT_UNROLL
-    for (int v = 0; v < NV; v++) _mm256_storeu_ps(acc + 8 * v, a[v]);
-}
-
-T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
-    int d = 0;
-    for (; Dp - d >= 64; d += 64) pv_vecs(8, acc + d, alpha, P, vbuf + d, Dp, nk);
-    if (Dp - d >= 32) pv_vecs(4, acc + d, alpha, P, vbuf + d, Dp, nk), d += 32;
-    if (Dp - d >= 16) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
 }
 
 /* P V for one row straight from the V rows (no decoded copy): chunks [c0, c0 + NCH) of the row's accumulator,

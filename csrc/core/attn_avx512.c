@@ -28,6 +28,15 @@
 #define VT_UNROLL VT_PRAGMA(GCC unroll 16)
 #define KB 16
 #define CH 32 /* elements decoded per chunk: two vectors */
+#define VEC __m512
+#define VW 16
+#define PV_MAXV 16
+#define VLOAD _mm512_loadu_ps
+#define VSTORE _mm512_storeu_ps
+#define VMUL _mm512_mul_ps
+#define VFMA _mm512_fmadd_ps
+#define VSET1 _mm512_set1_ps
+#include "attn_vec.h"
 
 typedef vt512_fp8tab fp8tab; /* simd_avx512.h: the decode shared with the codec */
 
@@ -96,24 +105,6 @@ T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp,
     }
 }
 
-/* acc[0 .. 16*NV) = acc * alpha + sum_jj P[jj] V_jj (NV a constant after
- * inlining), the accumulator held in registers. */
-T static AI void pv_vecs(const int NV, float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
-    __m512 a[16];
-    const __m512 al = _mm512_set1_ps(alpha);
-    VT_UNROLL
-    for (int v = 0; v < NV; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
-    for (int jj = 0; jj < nk; jj++) {
-        if (P[jj] == 0.0f) continue;
-        __m512 pb = _mm512_set1_ps(P[jj]);
-        const float *vr = vbuf + (size_t)jj * Dp;
-        VT_UNROLL
-        for (int v = 0; v < NV; v++) a[v] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vr + 16 * v), a[v]);
-    }
-    VT_UNROLL
-    for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
-}
-
 /* One row, V decoded straight into the FMAs (no L1 buffer): for a group
  * of one row (GQA 1 decode) the buffer's store and reload would cost more
  * than the P V product itself. NC2 (constant after inlining) is the number
@@ -153,13 +144,6 @@ T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc
     }
 }
 
-T static void pv_row(float *acc, float alpha, const float *P, const float *vbuf, int Dp, int nk) {
-    int d = 0;
-    for (; Dp - d >= 256; d += 256) pv_vecs(16, acc + d, alpha, P, vbuf + d, Dp, nk);
-    if (Dp - d >= 128) pv_vecs(8, acc + d, alpha, P, vbuf + d, Dp, nk), d += 128;
-    if (Dp - d >= 64) pv_vecs(4, acc + d, alpha, P, vbuf + d, Dp, nk), d += 64;
-    if (Dp - d >= 32) pv_vecs(2, acc + d, alpha, P, vbuf + d, Dp, nk);
-}
 
 /* The tile of one format: dt (the codes' decoder) is a constant in each instance below, so the decode
  * branches of dec32 / qk_group / pv_row_direct fold away. The per-token-head formats are read by the AVX2

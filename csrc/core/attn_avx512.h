@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "attn_internal.h"
+#include "attn_vec.h"
 #include "simd_avx512.h"
 
 #if VT_X86
@@ -33,27 +34,15 @@ VT512 __m512 vt512_exp16(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512 r = VT_EXP_REDUCE(_mm512_fnmadd_ps, _mm512_set1_ps, n, x);
+    const __m512 y = VT_EXP_POLY(_mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_set1_ps, r);
     return _mm512_scalef_ps(y, n);
 }
 
 VT512 __m512 vt512_tanh16(__m512 x) {
     __m512 ax = _mm512_abs_ps(x);
     __m512 z = _mm512_mul_ps(x, x);
-    __m512 p = _mm512_set1_ps(-5.70498872745E-3f);
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954E-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531E-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036E-1f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422E-1f));
-    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
+    const __m512 small = VT_TANH_POLY(_mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps, x, z);
     __m512 e1 = _mm512_add_ps(vt512_exp16(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.0f));
     /* 2 / e1 by a 14-bit reciprocal and one Newton step (~2^-27 relative;
      * a division here cost ~30% of GQA-1 fp8 decode with softcap on) */
