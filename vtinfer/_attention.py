@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from vtinfer import _C, _cuda_ops, _framework, _nvfp4, _tq_ops
+from vtinfer._dtypes import OWN_PATH_DTYPES
 
 
 def _f32(x: Any, name: str) -> np.ndarray | None:
@@ -150,8 +151,8 @@ def flash_attn_varlen_func(
     fn = "flash_attn_varlen_func"
     return_lse = bool(return_lse or return_softmax_lse)
     # the formats read through a dequantized copy (their own modules): slot formats, NVFP4 pages
-    own = _tq_ops if _tq_ops.is_turboquant(kv_cache_dtype) else _nvfp4 if _nvfp4.is_nvfp4(kv_cache_dtype) else None
-    if own is not None:
+    if isinstance(kv_cache_dtype, str) and kv_cache_dtype in OWN_PATH_DTYPES:
+        own = _nvfp4 if _nvfp4.is_nvfp4(kv_cache_dtype) else _tq_ops
         return own.attention(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,

@@ -130,6 +130,9 @@ VLLM_KV_CACHE_DTYPES: tuple[str, ...] = _C.vllm_kv_cache_dtypes()
 #: nvfp4_ds_mla, an MLA latent entry, is not one of them.
 NVFP4_DTYPES: tuple[str, ...] = tuple(n for n in VLLM_KV_CACHE_DTYPES if n.startswith("nvfp4")
                                       and not n.endswith("_ds_mla"))
+#: The formats stored and read through their own modules (the slot formats, NVFP4 pages): one set lookup
+#: keeps the element formats' small calls off both tests.
+OWN_PATH_DTYPES: frozenset[str] = frozenset(SLOT_DTYPES + NVFP4_DTYPES)
 
 
 def _not_stored_reason(name: str, what: str) -> str:

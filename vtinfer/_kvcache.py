@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vtinfer import _C, _cuda_ops, _framework, _nvfp4, _tq_ops
+from vtinfer._dtypes import OWN_PATH_DTYPES
 
 __all__ = ["KVLayer", "PagedKVCache", "reshape_and_cache", "reshape_and_cache_flash"]
 
@@ -429,13 +430,14 @@ def reshape_and_cache_flash(
     CUDA tensors (DLPack device type 2) are stored on the device by the
     CUDA arm (``vtinfer._cuda``), with the same checks and bytes.
     """
-    if _nvfp4.is_nvfp4(kv_cache_dtype):
-        _nvfp4.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
-                     layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, num_threads=num_threads)
-        return
-    if _tq_ops.is_turboquant(kv_cache_dtype):
-        _tq_ops.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
-                      layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+    if isinstance(kv_cache_dtype, str) and kv_cache_dtype in OWN_PATH_DTYPES:
+        if _nvfp4.is_nvfp4(kv_cache_dtype):
+            _nvfp4.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
+                         layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
+                         num_threads=num_threads)
+        else:
+            _tq_ops.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
+                          layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
         return
     if _cuda_ops.is_cuda(key):
         scales = {} if k_scale_cache is None and v_scale_cache is None else {

@@ -343,6 +343,7 @@ int vt_tensor_share_elements(const vt_tensor *a, const vt_tensor *b) {
     box x, y;
     box_from(a, 0, &x);
     box_from(b, (int64_t)((uintptr_t)b->data - (uintptr_t)a->data), &y);
+    if (box_hi(&x) <= y.base || box_hi(&y) <= x.base) return 0; /* disjoint extents: the common case */
     const int nested = nested_layout_share(x, y);
     if (nested >= 0) return nested;
     int64_t budget = (int64_t)1 << 22;
