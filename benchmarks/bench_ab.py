@@ -65,6 +65,18 @@ for ctx in (256, 32768):
     bt = rng.permutation(nbk).astype(np.int32)[None]
     args = dict(cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([ctx], np.int32), block_table=bt)
     res[f"decode_bf16_{ctx}"] = best(lambda: vt.flash_attn_varlen_func(q, k, v, **args, num_threads=2))
+# memory-bound decode: 32K keys GQA 1, float32 q, a bf16 and an fp8 e4m3 cache (the fp32 tile), 2 threads
+nbk = 32768 // BS
+kf = rng.standard_normal((nbk, BS, H, D)).astype(np.float32)
+q = rng.standard_normal((1, H, D)).astype(np.float32)
+bt = rng.permutation(nbk).astype(np.int32)[None]
+args = dict(cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([32768], np.int32), block_table=bt)
+kb = kf.astype(ml_dtypes.bfloat16)
+res["decode_gqa1_bf16_32768"] = best(lambda: vt.flash_attn_varlen_func(q, kb, kb, **args, num_threads=2))
+k8 = vt.fp8_quantize(kf, 0.05)
+res["decode_gqa1_fp8_32768"] = best(lambda: vt.flash_attn_varlen_func(
+    q, k8, k8, **args, kv_cache_dtype="fp8_e4m3", k_descale=np.float32(0.05), v_descale=np.float32(0.05),
+    num_threads=2))
 print(json.dumps(res))
 """
 
