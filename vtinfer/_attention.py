@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -184,33 +182,41 @@ def flash_attn_varlen_func(
         if q_descale is not None and k_descale is None and v_descale is None:
             renames.update({"k_descale and v_descale": "q_descale", "k_descale": "q_descale"})
         q, k_descale = _dequantize_query(q, fp8_q, q_descale, k_descale, cu_seqlens_q, k, fn)
-    # the arguments both arms take as they are; the small float arrays go to the C function as float32
-    kwargs = dict(
-        cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        softcap=softcap, kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse, num_threads=num_threads,
-        k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
-    )
-    floats = {"alibi_slopes": alibi_slopes, "s_aux": s_aux, "k_descale": k_descale, "v_descale": v_descale}
     if _cuda_ops.is_cuda(q):
-        return _cuda_ops.flash_attn_varlen_func(q, k, v, **floats, **kwargs)
-    with _naming_the_callers_arguments(renames):
-        return _C.flash_attn_varlen_func(q, k, v, **{name: _f32(x, name) for name, x in floats.items()}, **kwargs)
-
-
-@contextlib.contextmanager
-def _naming_the_callers_arguments(renames: dict[str, str]) -> Iterator[None]:
-    """Re-raise a refusal whose message names an argument derived from the caller's with the caller's name."""
+        return _cuda_ops.flash_attn_varlen_func(q, k, v, **_paged_args(locals()))
     try:
-        yield
+        return _C.flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+            window_size=window_size, softcap=softcap, alibi_slopes=_f32(alibi_slopes, "alibi_slopes"),
+            s_aux=_f32(s_aux, "s_aux"), k_descale=_f32(k_descale, "k_descale"), v_descale=_f32(v_descale, "v_descale"),
+            kv_cache_dtype=kv_cache_dtype, out=out, return_lse=return_lse, num_threads=num_threads,
+            k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
     except (ValueError, TypeError, IndexError) as e:
-        msg = str(e)
-        new = msg
-        for old in sorted(renames, key=len, reverse=True):
-            new = re.sub(rf"(?<!\w){re.escape(old)}\b", renames[old], new)
-        if new == msg:
+        renamed = _in_the_callers_words(e, renames)
+        if renamed is None:
             raise
-        raise type(e)(new) from None
+        raise renamed from None
+
+
+def _paged_args(scope: dict[str, Any]) -> dict[str, Any]:
+    """The CUDA arm's keyword arguments: the paged form's, taken from the caller's resolved locals."""
+    return {name: scope[name] for name in _PAGED_ARGS}
+
+
+_PAGED_ARGS = ("cu_seqlens_q", "seqused_k", "block_table", "max_seqlen_q", "max_seqlen_k", "softmax_scale", "causal",
+               "window_size", "softcap", "alibi_slopes", "s_aux", "k_descale", "v_descale", "kv_cache_dtype", "out",
+               "return_lse", "num_threads", "k_scale_cache", "v_scale_cache")
+
+
+def _in_the_callers_words(e: Exception, renames: dict[str, str]) -> Exception | None:
+    """A refusal whose message names an argument derived from the caller's, reworded with the caller's name;
+    None when it names none."""
+    msg = str(e)
+    new = msg
+    for old in sorted(renames, key=len, reverse=True):
+        new = re.sub(rf"(?<!\w){re.escape(old)}\b", renames[old], new)
+    return None if new == msg else type(e)(new)
 
 
 _FP8_Q_NAMES = {"fp8": "e4m3", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
