@@ -31,7 +31,8 @@ vt_status vt_kv_store_check(const vt_kv_store_params *p, vt_error *err) {
     if (!vt_dtype_get(p->cache_dtype))
         return vt_error_set(err, VT_ERR_TYPE, "%s: key_cache must have a storage dtype; got dtype id %d", fn,
                             (int)p->cache_dtype);
-    if (vt_dtype_get(p->cache_dtype)->page_layout == VT_PAGE_SLOTS) /* one K+V slot cache: kv_store_tq.c */
+    const vt_store_kernel *sk = vt_dtype_get(p->cache_dtype)->store;
+    if (!sk) /* a slot format: one K+V slot cache, stored by its codec (kv_slots.c) */
         return vt_error_set(err, VT_ERR_UNSUPPORTED, "%s: kv_cache_dtype '%s' packs K and V into one slot cache; "
                             "store it with vt_tq_store (vt.turboquant_store)", fn, vt_dtype_get(p->cache_dtype)->name);
     if (p->num_kv_heads <= 0 || p->head_size <= 0 || p->block_size <= 0 || p->num_blocks <= 0)
@@ -53,21 +54,12 @@ vt_status vt_kv_store_check(const vt_kv_store_params *p, vt_error *err) {
     }
     if (p->num_tokens > 0 && (!p->key || !p->value || !p->slot_mapping))
         return vt_error_set(err, VT_ERR_VALUE, "%s: key, value and slot_mapping must be non-NULL; got NULL", fn);
-    if (vt_fp8_index(p->cache_dtype) >= 0) {
-        int64_t ns = p->scale_per_head ? p->num_kv_heads : 1;
-        vt_status st;
-        if ((st = check_scales(fn, "k_scale", p->k_scale, ns, err)) ||
-            (st = check_scales(fn, "v_scale", p->v_scale, ns, err)))
-            return st;
-    }
+    vt_status st = sk->check(p, fn, err);
+    if (st != VT_OK) return st;
     size_t slots;
     if (vt_size_mul((size_t)p->num_blocks, (size_t)p->block_size, &slots) != 0 || slots > (size_t)INT64_MAX)
         return vt_error_set(err, VT_ERR_OVERFLOW, "%s: num_blocks * block_size must fit in 64 bits; got %lld * %lld",
                             fn, (long long)p->num_blocks, (long long)p->block_size);
-    if (vt_dtype_per_token_head(p->cache_dtype)) {
-        vt_status st = vt_kv_store_pth_check(p, fn, err);
-        if (st != VT_OK) return st;
-    }
     const int64_t limit = (int64_t)slots;
     for (int64_t t = 0; t < p->num_tokens; t++) {
         int64_t s = p->slot_mapping[t];
@@ -182,14 +174,18 @@ static void store_task(void *ctx, int ith, int nth) {
     }
 }
 
-vt_status vt_kv_store(const vt_kv_store_params *p, int num_threads, vt_error *err) {
-    vt_status st = vt_kv_store_check(p, err);
-    if (st != VT_OK) return st;
-    if (p->num_tokens == 0) return VT_OK;
-    if (vt_dtype_per_token_head(p->cache_dtype)) {
-        vt_kv_store_pth_run(p, num_threads);
-        return VT_OK;
-    }
+/* The element formats' own check: per-tensor fp8 takes finite, positive scales (one, or one per KV head). */
+static vt_status elements_check(const vt_kv_store_params *p, const char *fn, vt_error *err) {
+    if (vt_fp8_index(p->cache_dtype) < 0) return VT_OK;
+    const int64_t ns = p->scale_per_head ? p->num_kv_heads : 1;
+    vt_status st;
+    if ((st = check_scales(fn, "k_scale", p->k_scale, ns, err)) || (st = check_scales(fn, "v_scale", p->v_scale, ns, err)))
+        return st;
+    return VT_OK;
+}
+
+/* The element formats' store: the codec's convert (plain) or quantize (fp8) rows, scattered by slot. */
+static void elements_run(const vt_kv_store_params *p, int num_threads) {
     const vt_codec_kernels *k = vt_codec_active();
     store_job j;
     memset(&j, 0, sizeof j);
@@ -204,5 +200,13 @@ vt_status vt_kv_store(const vt_kv_store_params *p, int num_threads, vt_error *er
     int64_t elems = p->num_tokens * p->num_kv_heads; /* rows; bounded by the caller's arrays */
     int64_t work = elems > INT64_MAX / p->head_size ? INT64_MAX : elems * p->head_size;
     vt_parallel_for(store_task, &j, vt_useful_threads(num_threads, work, STORE_PARALLEL_MIN_ELEMS, p->num_blocks));
+}
+
+const vt_store_kernel vt_store_elements = {.check = elements_check, .run = elements_run};
+
+vt_status vt_kv_store(const vt_kv_store_params *p, int num_threads, vt_error *err) {
+    vt_status st = vt_kv_store_check(p, err);
+    if (st != VT_OK) return st;
+    if (p->num_tokens > 0) vt_dtype_get(p->cache_dtype)->store->run(p, num_threads);
     return VT_OK;
 }

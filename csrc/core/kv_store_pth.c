@@ -117,6 +117,8 @@ typedef struct pth_job {
     vt_convert_row_fn from_f32; /* float32 -> src dtype (int4's rounding of the rotated row) */
     vt_quant_row_fn fp8_codes; /* float32 -> e4m3 codes (scale 1): fp8_per_token_head */
     size_t src_es;
+    /* One (token, head) row: its scale to scale_dst, its codes to dst (the store kernel's row writer). */
+    void (*row)(const struct pth_job *j, const char *src, uint8_t *dst, char *scale_dst);
 } pth_job;
 
 /* int4_per_token_head: rotate, round to the source dtype, quantize (kv_store_int4.c). D <= VT_KV_INT4_MAX_D. */
@@ -135,12 +137,8 @@ static void store_row_int4(const pth_job *j, const char *src, uint8_t *dst, char
     memcpy(scale_dst, &scale, sizeof scale);
 }
 
-/* One (token, head) row: scale into *scale_out, codes into dst. */
-static void store_row(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {
-    if (j->p->cache_dtype == VT_DTYPE_INT4_PTH) {
-        store_row_int4(j, src, dst, scale_dst);
-        return;
-    }
+/* int8 / fp8 per-token-head: absmax scale, then the codes. */
+static void store_row_scaled(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {
     const int64_t D = j->p->head_size;
     _Alignas(64) float buf[PTH_PIECE], tmp[PTH_PIECE];
     float m = 0.0f;
@@ -176,10 +174,10 @@ static void pth_task(void *ctx, int ith, int nth) {
         if (nth > 1 && (int)(b % nth) != ith) continue; /* one thread per block: the last token wins */
         const vt_kv_dst *kc = &p->key_cache, *vc = &p->value_cache, *ks = &p->k_scale_cache, *vs = &p->v_scale_cache;
         for (int64_t h = 0; h < H; h++) {
-            store_row(j, (const char *)p->key + t * p->key_stride_token + h * p->key_stride_head,
+            j->row(j, (const char *)p->key + t * p->key_stride_token + h * p->key_stride_head,
                       (uint8_t *)kc->base + b * kc->stride_block + o * kc->stride_slot + h * kc->stride_head,
                       (char *)ks->base + b * ks->stride_block + o * ks->stride_slot + h * ks->stride_head);
-            store_row(j, (const char *)p->value + t * p->value_stride_token + h * p->value_stride_head,
+            j->row(j, (const char *)p->value + t * p->value_stride_token + h * p->value_stride_head,
                       (uint8_t *)vc->base + b * vc->stride_block + o * vc->stride_slot + h * vc->stride_head,
                       (char *)vs->base + b * vs->stride_block + o * vs->stride_slot + h * vs->stride_head);
         }
@@ -187,7 +185,7 @@ static void pth_task(void *ctx, int ith, int nth) {
 }
 
 /* Checks the per-token-head parts vt_kv_store_check does not: scale caches given, code rows contiguous. */
-vt_status vt_kv_store_pth_check(const vt_kv_store_params *p, const char *fn, vt_error *err) {
+static vt_status pth_check(const vt_kv_store_params *p, const char *fn, vt_error *err) {
     if (p->key_cache.chunk != p->head_size || p->value_cache.chunk != p->head_size)
         return vt_error_set(err, VT_ERR_VALUE,
                             "%s: key_cache must be a flash layout (contiguous head rows) for %s; got chunk %lld", fn,
@@ -198,9 +196,9 @@ vt_status vt_kv_store_pth_check(const vt_kv_store_params *p, const char *fn, vt_
     return vt_dtype_check_head_size(p->cache_dtype, p->head_size, fn, "head_size", NULL, err);
 }
 
-/* Store after vt_kv_store_check and vt_kv_store_pth_check passed. */
-void vt_kv_store_pth_run(const vt_kv_store_params *p, int num_threads) {
-    if (p->num_tokens == 0) return;
+/* The store after every check passed, each row written by `row`. */
+static void pth_run(const vt_kv_store_params *p, int num_threads,
+                    void (*row)(const pth_job *, const char *, uint8_t *, char *)) {
     const vt_codec_kernels *ck = vt_codec_active();
     pth_job j;
     memset(&j, 0, sizeof j);
@@ -211,10 +209,17 @@ void vt_kv_store_pth_run(const vt_kv_store_params *p, int num_threads) {
     j.from_f32 = ck->convert[VT_DTYPE_F32][p->src_dtype];
     if (!j.fmt->is_int && j.fmt->code_dtype >= 0) j.fp8_codes = ck->quant[VT_DTYPE_F32][vt_fp8_index(j.fmt->code_dtype)];
     j.src_es = vt_dtype_get(p->src_dtype)->elem_bytes;
+    j.row = row;
     int64_t rows = p->num_tokens * p->num_kv_heads;
     int64_t work = rows > INT64_MAX / p->head_size ? INT64_MAX : rows * p->head_size;
     vt_parallel_for(pth_task, &j, vt_useful_threads(num_threads, work, PTH_PARALLEL_MIN_ELEMS, p->num_blocks));
 }
+
+static void scaled_run(const vt_kv_store_params *p, int num_threads) { pth_run(p, num_threads, store_row_scaled); }
+static void int4_run(const vt_kv_store_params *p, int num_threads) { pth_run(p, num_threads, store_row_int4); }
+
+const vt_store_kernel vt_store_per_token_head = {.check = pth_check, .run = scaled_run};
+const vt_store_kernel vt_store_int4 = {.check = pth_check, .run = int4_run};
 
 void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale) {
     const vt_dtype_info *fmt = vt_dtype_get(dtype);

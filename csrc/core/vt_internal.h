@@ -89,10 +89,16 @@ extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant, vt_slot_octav
 /* The largest head size a slot format takes (rows rotated on the stack). */
 #define VT_SLOT_MAX_D 4096
 
-/* The per-token-head store (kv_store_pth.c), called by vt_kv_store_check / vt_kv_store. */
+/* A row's store kernel (vt_dtype_info.store): vt_kv_store_check asks `check` (the format's own checks) after the
+ * common ones, and vt_kv_store runs `run` once every check passed and there are tokens. */
 struct vt_kv_store_params;
-vt_status vt_kv_store_pth_check(const struct vt_kv_store_params *p, const char *fn, vt_error *err);
-void vt_kv_store_pth_run(const struct vt_kv_store_params *p, int num_threads);
+typedef struct vt_store_kernel {
+    vt_status (*check)(const struct vt_kv_store_params *p, const char *fn, vt_error *err);
+    void (*run)(const struct vt_kv_store_params *p, int num_threads);
+} vt_store_kernel;
+/* kv_store.c: the element formats (plain, per-tensor fp8); kv_store_pth.c: int8 / fp8 per-token-head and
+ * int4_per_token_head (its row writer rotates first). */
+extern const vt_store_kernel vt_store_elements, vt_store_per_token_head, vt_store_int4;
 /* codes * scale in float32 (the read of a per-token-head row; int8 or the e4m3 table; int4: (code - zp) *
  * scale with zp from the stored scale's low bits, n elements from n / 2 bytes). */
 void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale);

@@ -80,6 +80,9 @@ typedef enum vt_key_basis {
 /* A slot format's behaviour (its slot bytes, the store and the read of one slot): defined by the format's file
  * in csrc/core, opaque here. */
 struct vt_slot_codec;
+/* How the paged store of K and V rows (vt_kv_store) writes a format: its own checks and its row writer; defined
+ * by the format family's file in csrc/core, opaque here. */
+struct vt_store_kernel;
 
 typedef struct vt_dtype_info {
     vt_dtype id;
@@ -114,6 +117,8 @@ typedef struct vt_dtype_info {
     const char *family;        /* the format family, one file each in csrc/core: "plain", "fp8", "per_token_head",
                                 * "int4_per_token_head", "turboquant", "ultraquant", "octave" */
     const struct vt_slot_codec *slot; /* page_layout VT_PAGE_SLOTS: the format's slot codec; NULL otherwise */
+    const struct vt_store_kernel *store; /* vt_kv_store's writer of the format; NULL for the slot formats (their
+                                          * codec stores whole K+V slots) */
     int rope_block;            /* > 0: the slot layout depends on the model's rotary dims (rope_dim), a multiple of
                                 * rope_block in [0, head_size] (Octave: 64); 0: it does not */
     vt_key_basis key_basis;    /* slot formats: the basis the read returns K in */
