@@ -79,6 +79,7 @@ def turboquant_gather(
     kv_cache: Any, slots: Any, kv_cache_dtype: str, centroids: Any, k_out: np.ndarray, v_out: np.ndarray, *,
     num_threads: int | None = None,
 ) -> None: ...
+def turboquant_codebook(kv_cache_dtype: str, head_size: int, /) -> tuple[np.ndarray, np.ndarray] | None: ...
 def nvfp4_store(
     key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, k_scale: float, v_scale: float, *,
     four_over_six: bool = False, num_threads: int | None = None,

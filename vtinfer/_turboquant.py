@@ -66,50 +66,14 @@ def turboquant_slot_bytes(kv_cache_dtype: str, head_size: int, rope_dim: int | N
 
 
 @functools.lru_cache(maxsize=32)
-def _lloyd_max(head_size: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(centroids [2^bits], midpoints [2^bits - 1]) float32 for N(0, 1/head_size).
-
-    vLLM's solve (centroids.py): start at the centres of 2^bits equal cells over
-    +-3.5 sigma; each round, cut at the midpoints of neighbours (outer edges
-    +-10.5 sigma) and move each centroid to the cell's conditional mean, both
-    integrals by the 200-interval trapezoid rule; at most 200 rounds, stopping
-    (without taking the round) once no centroid moves by 1e-10. All in Python
-    floats (float64, libm exp), then float32; the midpoints are the float32
-    means of neighbouring float32 centroids (the store's ``(c[:-1] + c[1:]) / 2``)."""
-    levels = 1 << bits
-    var = 1.0 / head_size
-    sigma = math.sqrt(var)
-    norm = 1.0 / math.sqrt(2 * math.pi * var)
-    lo, hi = -3.5 * sigma, 3.5 * sigma
-
-    def trapezoid(f, a: float, b: float) -> float:
-        step = (b - a) / 200
-        total = 0.5 * (f(a) + f(b))
-        for i in range(1, 200):
-            total += f(a + i * step)
-        return total * step
-
-    def pdf(x: float) -> float:
-        return norm * math.exp(-x * x / (2 * var))
-
-    def first_moment(x: float) -> float:
-        return x * pdf(x)
-
-    cent = [lo + (hi - lo) * (i + 0.5) / levels for i in range(levels)]
-    for _ in range(200):
-        edges = [lo * 3] + [(cent[i] + cent[i + 1]) / 2.0 for i in range(levels - 1)] + [hi * 3]
-        moved = []
-        for i in range(levels):
-            mass = trapezoid(pdf, edges[i], edges[i + 1])
-            moved.append(trapezoid(first_moment, edges[i], edges[i + 1]) / mass if mass > 1e-15 else cent[i])
-        if max(abs(a - b) for a, b in zip(moved, cent)) < 1e-10:
-            break
-        cent = moved
-    c32 = np.array(cent, dtype=np.float32)
-    mids = ((c32[:-1] + c32[1:]) / np.float32(2)).astype(np.float32)
-    c32.setflags(write=False)
+def _codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(centroids [2^bits], midpoints [2^bits - 1]) float32, read-only, for N(0, 1/head_size): vLLM's
+    Lloyd-Max solve (centroids.py) as the C core runs it (``vt_tq_codebook``, the same one the paged cache
+    holds; float64, the operations in the solve's order)."""
+    cen, mids = _C.turboquant_codebook(kv_cache_dtype, head_size)
+    cen.setflags(write=False)
     mids.setflags(write=False)
-    return c32, mids
+    return cen, mids
 
 
 def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +82,7 @@ def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray
     info = _tq_info(kv_cache_dtype, "turboquant_codebook")
     if not info.needs_codebook:
         return None, None  # type: ignore[return-value]
-    return _lloyd_max(int(head_size), info.key_bits)
+    return _codebook(info.name, int(head_size))
 
 
 def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str) -> None:
@@ -165,7 +129,7 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
     if info.needs_codebook:
         D = getattr(key, "shape", (0,))[-1] if getattr(key, "ndim", 0) == 3 else 0
         if isinstance(D, int) and D > 0 and D % 2 == 0 and D & (D - 1) == 0 and D <= 4096:
-            mids = _lloyd_max(D, info.key_bits)[1]
+            mids = _codebook(info.name, D)[1]
         else:  # the C checks name the argument (head_size / shape)
             mids = np.zeros((1 << info.key_bits) - 1, np.float32)
     _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids)
@@ -211,7 +175,7 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
     cen = None
     if info.needs_codebook:
         D = head_size
-        cen = _lloyd_max(D, info.key_bits)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
+        cen = _codebook(info.name, D)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
             1 << info.key_bits, np.float32)
     _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v, num_threads=num_threads)
     return k, v

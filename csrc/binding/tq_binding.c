@@ -4,6 +4,7 @@
  *   _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, centroids, k_out, v_out, num_threads=None) -> None
  *   _C.nvfp4_store(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, four_over_six=False) -> None
  *   _C.nvfp4_read_pages(key_cache, value_cache, blocks, k_scale, v_scale, num_threads=None) -> (k, v)
+ *   _C.turboquant_codebook(kv_cache_dtype, head_size) -> (centroids, midpoints) float32, or None
  *
  * The codebook arrays come from vtinfer/_turboquant.py (the public wrappers). Every argument is
  * checked here and again in the core before a byte is written. */
@@ -21,6 +22,7 @@ VT_SIGNATURE(slot_store_sig, "turboquant_store", VT_SLOT_STORE_NPOS, VT_SLOT_STO
 VT_SIGNATURE(slot_gather_sig, "turboquant_gather", VT_SLOT_GATHER_NPOS, VT_SLOT_GATHER_ARGS);
 VT_SIGNATURE(nvfp4_store_sig, "nvfp4_store", VT_NVFP4_STORE_NPOS, VT_NVFP4_STORE_ARGS);
 VT_SIGNATURE(nvfp4_read_sig, "nvfp4_read_pages", VT_NVFP4_READ_NPOS, VT_NVFP4_READ_ARGS);
+VT_SIGNATURE(codebook_sig, "turboquant_codebook", VT_TQ_CODEBOOK_NPOS, VT_TQ_CODEBOOK_ARGS);
 
 #define NPIN 7
 
@@ -425,13 +427,35 @@ fail:
     return NULL;
 }
 
-static char store_doc[512], gather_doc[512], nvfp4_store_doc[512], nvfp4_read_doc[512];
+static PyObject *py_tq_codebook(PyObject *m, PyObject *args, PyObject *kw) {
+    PyObject *a[VT_SIG_MAX_ARGS];
+    if (vt_sig_parse(&codebook_sig, args, kw, a) < 0) return NULL;
+    tq_call c = {.fn = "turboquant_codebook", .st = vt_state(m)};
+    int dtype;
+    int64_t d;
+    if (want_dtype(&c, a[0], &dtype) < 0 || vt_int_arg(a[1], c.fn, "head_size", INT64_MIN, INT64_MAX, &d) < 0)
+        return NULL;
+    if (!vt_dtype_needs_codebook(dtype)) Py_RETURN_NONE;
+    npy_intp n = (npy_intp)1 << vt_dtype_get(dtype)->key_bits, n1 = n - 1;
+    PyArrayObject *cen = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_FLOAT32);
+    PyArrayObject *mid = cen ? (PyArrayObject *)PyArray_SimpleNew(1, &n1, NPY_FLOAT32) : NULL;
+    if (!mid) {
+        Py_XDECREF(cen);
+        return NULL;
+    }
+    vt_error err;
+    const vt_status s = vt_tq_codebook(dtype, d, PyArray_DATA(cen), PyArray_DATA(mid), &err);
+    return vt_pair_result(c.st, s, &err, cen, mid);
+}
+
+static char store_doc[512], gather_doc[512], nvfp4_store_doc[512], nvfp4_read_doc[512], codebook_doc[512];
 
 static PyMethodDef tq_functions[] = {
     {"turboquant_store", (PyCFunction)(void (*)(void))py_tq_store, METH_VARARGS | METH_KEYWORDS, store_doc},
     {"turboquant_gather", (PyCFunction)(void (*)(void))py_tq_gather, METH_VARARGS | METH_KEYWORDS, gather_doc},
     {"nvfp4_store", (PyCFunction)(void (*)(void))py_nvfp4_store, METH_VARARGS | METH_KEYWORDS, nvfp4_store_doc},
     {"nvfp4_read_pages", (PyCFunction)(void (*)(void))py_nvfp4_read, METH_VARARGS | METH_KEYWORDS, nvfp4_read_doc},
+    {"turboquant_codebook", (PyCFunction)(void (*)(void))py_tq_codebook, METH_VARARGS | METH_KEYWORDS, codebook_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -445,5 +469,8 @@ int vt_tq_exec(PyObject *m, vt_module_state *st) {
                      nvfp4_store_doc, sizeof nvfp4_store_doc);
     vt_signature_doc(&nvfp4_read_sig, "K and V of whole NVFP4 pages, dequantized to float32 [n, block_size, H_kv, D].",
                      nvfp4_read_doc, sizeof nvfp4_read_doc);
+    vt_signature_doc(&codebook_sig, "The Lloyd-Max (centroids, midpoints) an MSE preset's keys index (vLLM's "
+                     "solve for N(0, 1 / head_size)); None for a slot format without a codebook.", codebook_doc,
+                     sizeof codebook_doc);
     return PyModule_AddFunctions(m, tq_functions);
 }

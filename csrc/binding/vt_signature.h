@@ -262,6 +262,10 @@
     X(dtype, NULL)                                                                                                   \
     X(head_size, NULL)                                                                                               \
     X(rope_dim, "None")
+#define VT_TQ_CODEBOOK_NPOS 2
+#define VT_TQ_CODEBOOK_ARGS(X)                                                                                       \
+    X(kv_cache_dtype, NULL)                                                                                          \
+    X(head_size, NULL)
 #define VT_HEAD_RULE_NPOS 2
 #define VT_HEAD_RULE_ARGS(X)                                                                                         \
     X(dtype, NULL)                                                                                                   \

@@ -3,6 +3,7 @@
  * are kv_slots.c's. Scalar C11. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "vt_internal.h"
 #include "vtinfer/turboquant.h"
@@ -137,6 +138,55 @@ static size_t tq_slot_bytes(const vt_dtype_info *t, size_t d, size_t rope_dim) {
     (void)rope_dim;
     size_t slot = (size_t)key_part_bytes(t, (int64_t)d) + (d * (size_t)t->value_bits + 7) / 8 + 4;
     return slot + slot % 2;
+}
+
+/* Trapezoid rule over [a, b] in 200 intervals of N(0, var)'s density (moment 0) or x times it (moment 1). */
+static double trapezoid(int moment, double a, double b, double var, double norm) {
+    const double step = (b - a) / 200;
+    double fa = norm * exp(-a * a / (2 * var)), fb = norm * exp(-b * b / (2 * var));
+    if (moment) fa *= a, fb *= b;
+    double total = 0.5 * (fa + fb);
+    for (int i = 1; i < 200; i++) {
+        const double x = a + i * step;
+        const double f = norm * exp(-x * x / (2 * var));
+        total += moment ? x * f : f;
+    }
+    return total * step;
+}
+
+vt_status vt_tq_codebook(int dtype, int64_t head_size, float *centroids, float *midpoints, vt_error *err) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    if (!t || !t->slot || !t->slot->needs_codebook(t))
+        return vt_error_set(err, VT_ERR_VALUE, "turboquant_codebook: dtype must be an MSE preset (a slot format "
+                            "whose keys index a codebook); got %s", t ? t->name : "an unknown dtype id");
+    if (head_size <= 0)
+        return vt_error_set(err, VT_ERR_VALUE, "turboquant_codebook: head_size must be > 0; got %lld",
+                            (long long)head_size);
+    /* vLLM's solve: 2^bits equal cells over +-3.5 sigma; each round cuts at the neighbours' midpoints (outer
+     * edges +-10.5 sigma) and moves each centroid to its cell's conditional mean; at most 200 rounds, stopping
+     * without taking the round once no centroid moves by 1e-10. Python floats there, doubles here: the same
+     * operations in the same order. */
+    const int levels = 1 << t->key_bits;
+    const double var = 1.0 / (double)head_size, sigma = sqrt(var), norm = 1.0 / sqrt(2 * 3.141592653589793 * var);
+    const double lo = -3.5 * sigma, hi = 3.5 * sigma;
+    double cent[16], moved[16], edges[17];
+    for (int i = 0; i < levels; i++) cent[i] = lo + (hi - lo) * (i + 0.5) / levels;
+    for (int round = 0; round < 200; round++) {
+        edges[0] = lo * 3, edges[levels] = hi * 3;
+        for (int i = 0; i + 1 < levels; i++) edges[i + 1] = (cent[i] + cent[i + 1]) / 2.0;
+        double most = 0.0;
+        for (int i = 0; i < levels; i++) {
+            const double mass = trapezoid(0, edges[i], edges[i + 1], var, norm);
+            moved[i] = mass > 1e-15 ? trapezoid(1, edges[i], edges[i + 1], var, norm) / mass : cent[i];
+            const double d = fabs(moved[i] - cent[i]);
+            if (d > most) most = d;
+        }
+        if (most < 1e-10) break;
+        memcpy(cent, moved, sizeof cent);
+    }
+    for (int i = 0; i < levels; i++) centroids[i] = (float)cent[i];
+    for (int i = 0; i + 1 < levels; i++) midpoints[i] = (centroids[i] + centroids[i + 1]) / 2.0f;
+    return VT_OK;
 }
 
 static int tq_needs_codebook(const vt_dtype_info *t) { return t->key_bits != 8; }

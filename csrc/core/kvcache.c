@@ -114,6 +114,14 @@ vt_status vt_kv_cache_create(const vt_kv_cache_config *cfg, vt_kv_cache **out, v
         free(c);
         return st;
     }
+    const vt_dtype_info *row = vt_dtype_get(cfg->dtype);
+    if (row->slot && row->slot->needs_codebook(row)) {
+        if ((st = vt_tq_codebook(cfg->dtype, cfg->head_size, c->centroids, c->midpoints, err))) {
+            free(c);
+            return st;
+        }
+        c->has_codebook = 1;
+    }
     c->k_scale_mode = c->v_scale_mode = VT_KV_SCALE_TENSOR;
     c->k_scale = malloc(nscale * sizeof(float));
     c->v_scale = malloc(nscale * sizeof(float));
@@ -243,7 +251,7 @@ static vt_status check_layer(const vt_kv_cache *c, const char *fn, int64_t layer
     return VT_OK;
 }
 
-/* A slot format's layer as the slot loops take it (no codebook: the cache holds none). */
+/* A slot format's layer as the slot loops take it, with the cache's codebook where the row needs one. */
 static vt_tq_cache slot_cache(const vt_kv_cache *c, int64_t layer) {
     const vt_kv_dst d = layer_dst(c, layer, 0);
     vt_tq_cache t;
@@ -254,6 +262,7 @@ static vt_tq_cache slot_cache(const vt_kv_cache *c, int64_t layer) {
     t.rope_dim = c->cfg.rope_dim;
     t.data = d.base;
     t.stride_block = d.stride_block, t.stride_pos = d.stride_slot, t.stride_head = d.stride_head;
+    if (c->has_codebook) t.centroids = c->centroids, t.midpoints = c->midpoints;
     return t;
 }
 

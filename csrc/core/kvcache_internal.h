@@ -24,6 +24,10 @@ struct vt_kv_cache {
      * float32 [num_blocks, block_size, num_kv_heads] plane per layer for K and one for V, each
      * scale_region_bytes (64-byte multiple) long, [L][K, V] order. 0 otherwise. */
     size_t scale_region_bytes;
+    /* Slot formats whose keys index a codebook (TurboQuant's MSE presets): the cache's own Lloyd-Max codebook
+     * for its head size (vt_tq_codebook), which its store and gather give the slot loops. */
+    int has_codebook;
+    float centroids[16], midpoints[15];
 };
 
 /* K and V regions per layer: 2, or 1 for a slot format (K and V in one slot cache). */

@@ -314,9 +314,33 @@ static void test_octave(void) {
     g.rope_dim = 0;
     g.dtype = VT_DTYPE_TQ_4BIT_NC;
     CHECK(vt_kv_cache_create(&g, &pc, &err) == VT_OK, "tq cache: %s", err.message);
-    CHECK(vt_kv_cache_store(pc, 0, k, OD * 4, OD * 4, v, OD * 4, OD * 4, VT_DTYPE_F32, &slot, 1, 1, &err) ==
-                  VT_ERR_VALUE && strstr(err.message, "codebook") != NULL,
-          "an MSE preset needs the caller's codebook");
+    /* an MSE preset: the cache holds its codebook (vt_tq_codebook at its head size) and stores the slot loops'
+     * bytes with it; its gather reads them back with the centroids */
+    CHECK(vt_kv_cache_store(pc, 0, k, OD * 4, OD * 4, v, OD * 4, OD * 4, VT_DTYPE_F32, &slot, 1, 1, &err) == VT_OK,
+          "the cache stores an MSE preset with its own codebook: %s", err.message);
+    float cen[16], mid[15];
+    CHECK(vt_tq_codebook(VT_DTYPE_TQ_4BIT_NC, OD, cen, mid, &err) == VT_OK && cen[0] < cen[1] &&
+              mid[0] == (cen[0] + cen[1]) / 2.0f && cen[0] == -cen[15],
+          "codebook: %s", err.message);
+    const size_t ts = vt_kv_cache_row_bytes(pc);
+    uint8_t want[512] = {0};
+    vt_tq_cache tc = {.dtype = VT_DTYPE_TQ_4BIT_NC, .num_blocks = 1, .block_size = 1, .num_kv_heads = 1,
+                      .head_size = OD, .data = want, .stride_block = (int64_t)ts, .stride_pos = (int64_t)ts,
+                      .stride_head = (int64_t)ts, .centroids = cen, .midpoints = mid};
+    const int64_t zero = 0;
+    CHECK(ts <= sizeof want &&
+              vt_tq_store(&tc, VT_DTYPE_F32, k, OD * 4, OD * 4, v, OD * 4, OD * 4, &zero, 1, &err) == VT_OK &&
+              memcmp((const uint8_t *)vt_kv_cache_layer_data(pc, 0, 0) + ts, want, ts) == 0,
+          "the cache's MSE slot equals the slot loops' with vt_tq_codebook: %s", err.message);
+    float tk[OD], tv[OD], wk[OD], wv[OD];
+    CHECK(vt_kv_cache_gather(pc, 0, &slot, 1, tk, tv, &err) == VT_OK &&
+              vt_tq_gather(&tc, &zero, 1, wk, wv, 1, &err) == VT_OK && memcmp(tk, wk, sizeof tk) == 0 &&
+              memcmp(tv, wv, sizeof tv) == 0 && tk[0] != 0.0f,
+          "the cache's MSE gather reads with its centroids: %s", err.message);
+    CHECK(vt_tq_codebook(VT_DTYPE_TQ_K8V4, OD, cen, mid, &err) == VT_ERR_VALUE &&
+              strstr(err.message, "MSE preset") != NULL && vt_tq_codebook(VT_DTYPE_TQ_4BIT_NC, 0, cen, mid, &err) ==
+              VT_ERR_VALUE,
+          "codebook refusals");
     vt_kv_cache_free(pc);
 }
 

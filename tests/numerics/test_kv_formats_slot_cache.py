@@ -45,9 +45,8 @@ def test_store_gather_attention_equal_the_caller_owned_forms(fmt, layout):
     K, V = c.gather(1, slots[slots >= 0])
     rk, rv = vt.turboquant_gather(ref, slots[slots >= 0], fmt, D)
     assert np.array_equal(K, rk) and np.array_equal(V, rv)
-    if not vt.dtype_info(fmt).needs_codebook:  # the C cache's own gather (the MSE presets' codebook is Python's)
-        ck, cv = vt._C.PagedKVCache.gather(c, 1, slots[slots >= 0])
-        assert np.array_equal(ck, rk) and np.array_equal(cv, rv)
+    ck, cv = vt._C.PagedKVCache.gather(c, 1, slots[slots >= 0])  # the C cache's own gather (its own codebook)
+    assert np.array_equal(ck, rk) and np.array_equal(cv, rv)
     q = rng.standard_normal((2, 4 * H, D)).astype(ml_dtypes.bfloat16)
     table = np.stack([rng.permutation(NB), rng.permutation(NB)]).astype(np.int32)
     kw = dict(cu_seqlens_q=np.array([0, 1, 2], np.int32), seqused_k=np.array([NB * BS, 37], np.int32),

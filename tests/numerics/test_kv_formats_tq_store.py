@@ -236,15 +236,26 @@ def test_gather_equals_twin_read(i):
             np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
 
 
-def test_codebook_equals_twins():
-    """vtinfer's Lloyd-Max (vtinfer/_turboquant.py) bit for bit equal to the twin's (itself equal to vLLM's
-    solve_lloyd_max: test_kv_formats_tq.py)."""
-    for fmt, D in [("turboquant_4bit_nc", 64), ("turboquant_k3v4_nc", 128), ("turboquant_3bit_nc", 4)]:
+@pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
+def test_codebook_equals_twins(fmt):
+    """vtinfer's Lloyd-Max (the C core's vt_tq_codebook, which the paged cache holds too) bit for bit equal to
+    the twin's (itself equal to vLLM's solve_lloyd_max: test_kv_formats_tq.py) at every power-of-two head size
+    the MSE presets take and at head sizes they refuse (the solve itself takes any D > 0)."""
+    for D in [2**e for e in range(1, 13)] + [3, 96, 100, 1000]:
         c, m = vt.turboquant_codebook(fmt, D)
         tc, tm = twin_codebook(D, tq_twin.PRESETS[fmt][0])
-        np.testing.assert_array_equal(c.view(np.uint32), tc.view(np.uint32))
-        np.testing.assert_array_equal(m.view(np.uint32), tm.view(np.uint32))
+        np.testing.assert_array_equal(c.view(np.uint32), tc.view(np.uint32), err_msg=f"D={D}")
+        np.testing.assert_array_equal(m.view(np.uint32), tm.view(np.uint32), err_msg=f"D={D}")
+        assert not c.flags.writeable and not m.flags.writeable
+
+
+def test_codebook_refusals():
     assert vt.turboquant_codebook("turboquant_k8v4", 64) == (None, None)
+    assert vt._C.turboquant_codebook("ultraquant_4bit", 64) is None
+    with pytest.raises(ValueError, match="head_size must be > 0; got 0"):
+        vt._C.turboquant_codebook("turboquant_4bit_nc", 0)
+    with pytest.raises(ValueError, match="kv_cache_dtype must be a slot format"):
+        vt._C.turboquant_codebook("bfloat16", 64)
 
 
 @pytest.fixture(scope="module")

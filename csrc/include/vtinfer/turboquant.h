@@ -64,6 +64,12 @@ VT_API vt_status vt_tq_store(const vt_tq_cache *c, int src_dtype, const void *ke
 VT_API vt_status vt_tq_gather(const vt_tq_cache *c, const int64_t *slots, int64_t n, float *k_out, float *v_out,
                               int num_threads, vt_error *err);
 
+/* The Lloyd-Max codebook an MSE preset's keys index, as vLLM 0.33 solves it (centroids.py) for N(0, 1 /
+ * head_size): centroids [2^key_bits] ascending and midpoints [2^key_bits - 1] (float32 means of neighbouring
+ * float32 centroids). The solve is float64 and deterministic (the same bits on every build). VT_ERR_VALUE for
+ * a dtype whose row needs no codebook or head_size <= 0. */
+VT_API vt_status vt_tq_codebook(int dtype, int64_t head_size, float *centroids, float *midpoints, vt_error *err);
+
 #ifdef __cplusplus
 }
 #endif
