@@ -38,6 +38,19 @@
 #define VSET1 _mm512_set1_ps
 #include "attn_vec.h"
 
+/* CALL(n) with n the constant equal to N in 1..8 (8 for anything larger): the count a loop unrolls by. */
+#define CONST_1_TO_8(N, CALL)                                                                                        \
+    switch (N) {                                                                                                     \
+    case 1: CALL(1); break;                                                                                          \
+    case 2: CALL(2); break;                                                                                          \
+    case 3: CALL(3); break;                                                                                          \
+    case 4: CALL(4); break;                                                                                          \
+    case 5: CALL(5); break;                                                                                          \
+    case 6: CALL(6); break;                                                                                          \
+    case 7: CALL(7); break;                                                                                          \
+    default: CALL(8); break;                                                                                         \
+    }
+
 typedef vt512_fp8tab fp8tab; /* simd_avx512.h: the decode shared with the codec */
 
 /* Position, within its 32-element chunk, that element e of the chunk takes
@@ -93,16 +106,9 @@ T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float
 
 T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
                        const uint8_t *const *kp, int nk, float *S) {
-    switch (R) {
-    case 1: qk_rows(1, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    case 2: qk_rows(2, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    case 3: qk_rows(3, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    case 4: qk_rows(4, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    case 5: qk_rows(5, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    case 6: qk_rows(6, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    case 7: qk_rows(7, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    default: qk_rows(8, dt, tb, qp, Dp, D, esz, kp, nk, S); break;
-    }
+#define QK_ROWS(n) qk_rows(n, dt, tb, qp, Dp, D, esz, kp, nk, S)
+    CONST_1_TO_8(R, QK_ROWS);
+#undef QK_ROWS
 }
 
 /* One row, V decoded straight into the FMAs (no L1 buffer): for a group
@@ -132,16 +138,9 @@ T static AI void pv_direct(const int NC2, vt_dtype dt, const fp8tab *tb, float *
 
 T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
                             const uint8_t *const *vp, int D, int esz, int nk) {
-    switch (NC) {
-    case 1: pv_direct(1, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    case 2: pv_direct(2, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    case 3: pv_direct(3, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    case 4: pv_direct(4, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    case 5: pv_direct(5, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    case 6: pv_direct(6, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    case 7: pv_direct(7, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    default: pv_direct(8, dt, tb, acc, alpha, P, vp, D, esz, nk); break;
-    }
+#define PV_DIRECT(n) pv_direct(n, dt, tb, acc, alpha, P, vp, D, esz, nk)
+    CONST_1_TO_8(NC, PV_DIRECT);
+#undef PV_DIRECT
 }
 
 

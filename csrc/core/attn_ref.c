@@ -9,17 +9,11 @@ static void load_row(vt_dtype dt, const uint8_t *src, float *dst, int n) {
     switch (dt) {
     case VT_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
     case VT_DTYPE_F16:
-        for (int i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            dst[i] = vt_f16_to_f32(h);
-        }
-        break;
     case VT_DTYPE_BF16:
         for (int i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            dst[i] = vt_bf16_to_f32(h);
+            dst[i] = dt == VT_DTYPE_F16 ? vt_f16_to_f32(h) : vt_bf16_to_f32(h);
         }
         break;
     case VT_DTYPE_INT8_PTH:
