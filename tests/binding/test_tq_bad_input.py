@@ -105,7 +105,8 @@ def test_gather_refusals():
 def test_other_paths_refuse_the_formats():
     # The functional forms route TurboQuant to its own store and read (test_kv_formats_tq_functional.py), and so
     # does PagedKVCache (test_kv_formats_slot_cache.py); the C dense store and attention beneath the functional
-    # forms refuse the slot formats, and the paged cache's C store refuses an MSE preset (it holds no codebook).
+    # forms refuse the slot formats. The paged cache's C store takes every TurboQuant preset (it holds the MSE
+    # presets' codebook): the same bytes as turboquant_store.
     from vtinfer import _C
 
     a = args()
@@ -116,11 +117,10 @@ def test_other_paths_refuse_the_formats():
     assert not kc.any()
     for fmt in vt.TURBOQUANT_DTYPES:
         cache = vt.PagedKVCache(1, NB, BS, H, D, fmt)
-        if vt.dtype_info(fmt).needs_codebook:
-            with pytest.raises(ValueError, match=rf"the codebook \(centroids, midpoints\) must be given for "
-                                                 rf"kv_cache_dtype '{fmt}'"):
-                _C.PagedKVCache.store(cache, 0, a["key"], a["value"], a["slot_mapping"])
-            assert not cache.key_cache(0).any()
+        _C.PagedKVCache.store(cache, 0, a["key"], a["value"], a["slot_mapping"])
+        ref = np.zeros_like(cache.key_cache(0))
+        vt.turboquant_store(a["key"], a["value"], ref, a["slot_mapping"], fmt)
+        assert cache.key_cache(0).any() and np.array_equal(cache.key_cache(0), ref), fmt
     q = np.zeros((1, 4, D), np.float32)
     with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'turboquant_k8v4' is not read by this attention"):
         _C.flash_attn_varlen_func(q, kc, kc, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
