@@ -6,7 +6,8 @@
  *   _C.nvfp4_read_pages(key_cache, value_cache, blocks, k_scale, v_scale, num_threads=None) -> (k, v)
  *   _C.turboquant_codebook(kv_cache_dtype, head_size) -> (centroids, midpoints) float32, or None
  *
- * The codebook arrays come from vtinfer/_turboquant.py (the public wrappers). Every argument is
+ * The codebook arrays the store and gather take are the core's (vt_tq_codebook, through
+ * turboquant_codebook), passed by vtinfer/_turboquant.py (the public wrappers). Every argument is
  * checked here and again in the core before a byte is written. */
 #include "vt_binding.h"
 #include "vt_cacheops.h"

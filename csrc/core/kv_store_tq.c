@@ -162,6 +162,9 @@ vt_status vt_tq_codebook(int dtype, int64_t head_size, float *centroids, float *
     if (head_size <= 0)
         return vt_error_set(err, VT_ERR_VALUE, "turboquant_codebook: head_size must be > 0; got %lld",
                             (long long)head_size);
+    if (t->key_bits < 1 || t->key_bits > 4) /* the solve's arrays hold 16 levels, as the paged cache's */
+        return vt_error_set(err, VT_ERR_UNSUPPORTED, "turboquant_codebook: %s's %d-bit keys exceed the 16-level "
+                            "codebook", t->name, t->key_bits);
     /* vLLM's solve: 2^bits equal cells over +-3.5 sigma; each round cuts at the neighbours' midpoints (outer
      * edges +-10.5 sigma) and moves each centroid to its cell's conditional mean; at most 200 rounds, stopping
      * without taking the round once no centroid moves by 1e-10. Python floats there, doubles here: the same

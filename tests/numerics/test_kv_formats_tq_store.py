@@ -254,6 +254,8 @@ def test_codebook_refusals():
     assert vt._C.turboquant_codebook("ultraquant_4bit", 64) is None
     with pytest.raises(ValueError, match="head_size must be > 0; got 0"):
         vt._C.turboquant_codebook("turboquant_4bit_nc", 0)
+    with pytest.raises(TypeError, match="head_size"):
+        vt._C.turboquant_codebook("turboquant_4bit_nc", 64.0)
     with pytest.raises(ValueError, match="kv_cache_dtype must be a slot format"):
         vt._C.turboquant_codebook("bfloat16", 64)
 
