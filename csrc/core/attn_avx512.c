@@ -90,6 +90,7 @@ T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float
         __m512 s0[8], s1[8];
         VT_UNROLL
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
+        VT_UNROLL
         for (int c = 0; c < NC; c++) {
             __m512 ka, kb;
             dec32(dt, kp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &ka, &kb);
@@ -144,12 +145,13 @@ T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc
 }
 
 
-/* The tile of one format: dt (the codes' decoder) is a constant in each instance below, so the decode
- * branches of dec32 / qk_group / pv_row_direct fold away. The per-token-head formats are read by the AVX2
- * instances on AVX-512 (cpu.c): this tile takes the plain and per-tensor fp8 formats. */
-T static AI void tile(const vt_dtype dt, const vt_attn_params *p, const vt_attn_item *it, float *work, float *m,
-                      float *l, float *acc) {
-    const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
+/* The tile of one format and head size: dt (the codes' decoder) and DC (the head size; 0: p->head_size) are
+ * constants in each instance below, so the decode branches of dec32 / qk_group / pv_row_direct fold away and
+ * the chunk loops unroll with constant masks. The per-token-head formats are read by the AVX2 instances on
+ * AVX-512 (cpu.c): this tile takes the plain and per-tensor fp8 formats. */
+T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, const vt_attn_item *it, float *work,
+                      float *m, float *l, float *acc) {
+    const int D = DC ? DC : (int)p->head_size, G = p->num_heads / p->num_kv_heads;
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
@@ -231,7 +233,12 @@ T static AI void tile(const vt_dtype dt, const vt_attn_params *p, const vt_attn_
 #define VT_AVX512_TILE(name, dt)                                                                             \
     T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
                        float *acc) {                                                                             \
-        tile(dt, p, it, work, m, l, acc);                                                                        \
+        switch (p->head_size) {                                                                                  \
+        case 64: tile(dt, 64, p, it, work, m, l, acc); break;                                                    \
+        case 128: tile(dt, 128, p, it, work, m, l, acc); break;                                                  \
+        case 256: tile(dt, 256, p, it, work, m, l, acc); break;                                                  \
+        default: tile(dt, 0, p, it, work, m, l, acc); break;                                                     \
+        }                                                                                                        \
     }
 VT_AVX512_TILE(tile_f32, VT_DTYPE_F32)
 VT_AVX512_TILE(tile_f16, VT_DTYPE_F16)
