@@ -241,17 +241,15 @@ T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const fl
 #define PF_BLOCKS 8 /* prefetch distance in key blocks (of 8 keys), into L2 (measured: Results, AVX2 prefetch) */
 #endif
 
-/* Prefetch the K and V rows (row_bytes each) of the keys at offsets ko / vo for heads [g, g + ng). */
-static void prefetch_rows(const vt_attn_params *p, int g, int ng, const int64_t *ko, const int64_t *vo, int n,
-                          int row_bytes) {
+/* Prefetch into L2 the K and V rows (row_bytes each) of head g of the n keys at offsets ko / vo. */
+static void prefetch_rows(const vt_attn_params *p, int g, const int64_t *ko, const int64_t *vo, int n, int row_bytes) {
     const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
     const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
     for (int i = 0; i < n; i++)
-        for (int gi = 0; gi < ng; gi++)
-            for (int o = 0; o < row_bytes; o += 64) {
-                _mm_prefetch(kb + ko[i] + gi * p->k_stride_head + o, _MM_HINT_T1);
-                _mm_prefetch(vb + vo[i] + gi * p->v_stride_head + o, _MM_HINT_T1);
-            }
+        for (int o = 0; o < row_bytes; o += 64) {
+            _mm_prefetch(kb + ko[i] + o, _MM_HINT_T1);
+            _mm_prefetch(vb + vo[i] + o, _MM_HINT_T1);
+        }
 }
 
 /* The tile for the codes' decoder dt (pth: per-token-head scales) and the head size DC (0: p->head_size), all
@@ -291,19 +289,21 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     const float cap = p->softcap;
     const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     const int NC = Dp / CH;
-    int64_t ko[KB], vo[KB], kso[KB], vso[KB];
+    int64_t ko[KB], vo[KB], kso[KB], vso[KB], kpf[KB], vpf[KB];
     const uint8_t *kp[KB], *vp[KB];
     const int row_bytes = (int)vt_dtype_row_bytes(p->kv_dtype, (size_t)D);
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
-        const int64_t jp = j0 + PF_BLOCKS * KB; /* the K / V rows (and scales) of a block ahead, all heads */
+        /* the K / V rows of a block ahead, one head at a time before that head's work on this block (so the
+         * prefetches spread through the block's arithmetic), and its scales here */
+        const int64_t jp = j0 + PF_BLOCKS * KB;
+        int npf = 0;
         if (jp < it->ke) {
-            const int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
-            vt_attn_key_offsets(p, it, jp, nn, ko, vo);
-            prefetch_rows(p, it->g, it->ng, ko, vo, nn, row_bytes);
+            npf = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
+            vt_attn_key_offsets(p, it, jp, npf, kpf, vpf);
             if (pth) {
-                vt_attn_scale_offsets(p, it->b, jp, nn, kso, vso);
-                for (int i = 0; i < nn; i++) {
+                vt_attn_scale_offsets(p, it->b, jp, npf, kso, vso);
+                for (int i = 0; i < npf; i++) {
                     _mm_prefetch((const char *)p->k_scale_cache + kso[i] + (int64_t)it->g * p->ks_stride_head, _MM_HINT_T1);
                     _mm_prefetch((const char *)p->v_scale_cache + vso[i] + (int64_t)it->g * p->vs_stride_head, _MM_HINT_T1);
                 }
@@ -314,6 +314,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
+            prefetch_rows(p, g, kpf, vpf, npf, row_bytes);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];

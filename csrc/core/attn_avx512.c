@@ -178,20 +178,23 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     const int NC = Dp / CH;
-    int64_t ko[KB], vo[KB];
+    int64_t ko[KB], vo[KB], kpf[KB], vpf[KB];
     const uint8_t *kp[KB], *vp[KB];
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
+        /* block j0 + PF_BLOCKS is prefetched one head at a time, each head's rows before that head's work on
+         * this block, so the prefetches spread through the block's arithmetic */
         int64_t jp = j0 + PF_BLOCKS * KB;
+        int npf = 0;
         if (jp < it->ke) {
-            int nn = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
-            vt_attn_key_offsets(p, it, jp, nn, ko, vo);
-            vt512_prefetch_rows(p, it->g, it->ng, ko, vo, nn, D * esz, 0);
+            npf = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
+            vt_attn_key_offsets(p, it, jp, npf, kpf, vpf);
         }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
+            vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, D * esz, 0);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
