@@ -171,9 +171,12 @@ T static AI float hsum8(__m256 x) {
 /* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows (kz: the keys' int4 zero points);
  * the NC - 1 leading chunks of a row are whole, the last one whole or padded. */
 T static AI void qk_rows(const int R, const vt_dtype dt, const float *qp, int Dp, int D, int esz,
-                         const uint8_t *const *kp, const float *kz, int nk, float *S) {
+                         const uint8_t *const *kp, const float *kz, int nk, const uint8_t *const *kq, int nq,
+                         float *S) {
     const int NC = Dp / CH;
     for (int jj = 0; jj < nk; jj++) {
+        if (jj < nq) /* a later block's K row, one per key (see tile) */
+            for (int o = 0; o < D * esz; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
         __m256 s0[4], s1[4];
         VT_UNROLL
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm256_setzero_ps();
@@ -193,12 +196,13 @@ T static AI void qk_rows(const int R, const vt_dtype dt, const float *qp, int Dp
 }
 
 T static AI void qk_group(int R, const vt_dtype dt, const float *qp, int Dp, int D, int esz,
-                          const uint8_t *const *kp, const float *kz, int nk, float *S) {
+                          const uint8_t *const *kp, const float *kz, int nk, const uint8_t *const *kq, int nq,
+                          float *S) {
     switch (R) {
-    case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
-    case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
-    case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
-    default: qk_rows(4, dt, qp, Dp, D, esz, kp, kz, nk, S); break;
+    case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
+    case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
+    case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
+    default: qk_rows(4, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
     }
 }
 
@@ -240,6 +244,13 @@ T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const fl
 #ifndef PF_BLOCKS
 #define PF_BLOCKS 8 /* prefetch distance in key blocks (of 8 keys), into L2 (measured: Results, AVX2 prefetch) */
 #endif
+
+/* Prefetch into L2 the rows (row_bytes each) of head g of the n keys at offsets off in the cache c (K or V). */
+static void prefetch_head(const void *c, int64_t stride_head, int g, const int64_t *off, int n, int row_bytes) {
+    const char *b = (const char *)c + (int64_t)g * stride_head;
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < row_bytes; o += 64) _mm_prefetch(b + off[i] + o, _MM_HINT_T1);
+}
 
 /* Prefetch into L2 the K and V rows (row_bytes each) of head g of the n keys at offsets ko / vo. */
 static void prefetch_rows(const vt_attn_params *p, int g, const int64_t *ko, const int64_t *vo, int n, int row_bytes) {
@@ -290,12 +301,15 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     const int NC = Dp / CH;
     int64_t ko[KB], vo[KB], kso[KB], vso[KB], kpf[KB], vpf[KB];
-    const uint8_t *kp[KB], *vp[KB];
+    const uint8_t *kp[KB], *vp[KB], *kq[KB];
+    const int pf_per_key = esz >= 2; /* see the block loop */
     const int row_bytes = (int)vt_dtype_row_bytes(p->kv_dtype, (size_t)D);
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
-        /* the K / V rows of a block ahead, one head at a time before that head's work on this block (so the
-         * prefetches spread through the block's arithmetic), and its scales here */
+        /* the K / V rows of a block ahead, one head at a time, spread through this block's work on that head:
+         * 2- and 4-byte rows (whose read is memory-bound) a K row beside each key's logit and the V rows before
+         * the softmax; 1-byte and int4 rows (whose read is bound by the decode) both at the head's start (measured:
+         * speed.md, Results); the scales here */
         const int64_t jp = j0 + PF_BLOCKS * KB;
         int npf = 0;
         if (jp < it->ke) {
@@ -314,7 +328,8 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
-            prefetch_rows(p, g, kpf, vpf, npf, row_bytes);
+            for (int jj = 0; jj < npf; jj++) kq[jj] = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head + kpf[jj];
+            if (!pf_per_key) prefetch_rows(p, g, kpf, vpf, npf, row_bytes);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
@@ -334,7 +349,8 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
             }
             for (int r0 = 0; r0 < rg; r0 += 4) {
                 int R = rg - r0 < 4 ? rg - r0 : 4;
-                qk_group(R, dt, qp + ((size_t)gi * rg + r0) * Dp, Dp, D, esz, kp, kz, nk, S + (size_t)r0 * KB * 8);
+                qk_group(R, dt, qp + ((size_t)gi * rg + r0) * Dp, Dp, D, esz, kp, kz, nk, kq, pf_per_key && !r0 ? npf : 0,
+                         S + (size_t)r0 * KB * 8);
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 8, 0, (size_t)(KB - nk) * 32);
@@ -346,6 +362,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 8, vb2);
                 }
+            if (pf_per_key) prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;
                 float *pr = P + (size_t)r * KB;

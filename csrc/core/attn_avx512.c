@@ -84,9 +84,11 @@ T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8ta
 /* Partial dot products of R rows (R a constant after inlining) with the nk
  * keys at kp[]: S[(r * 16 + jj) * 16 ...] = 16 lane partials of q_r . K_jj. */
 T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
-                         const uint8_t *const *kp, int nk, float *S) {
+                         const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
     const int NC = Dp / CH;
     for (int jj = 0; jj < nk; jj++) {
+        if (jj < nq)
+            for (int o = 0; o < D * esz; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
         __m512 s0[8], s1[8];
         VT_UNROLL
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
@@ -106,8 +108,8 @@ T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float
 }
 
 T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
-                       const uint8_t *const *kp, int nk, float *S) {
-#define QK_ROWS(n) qk_rows(n, dt, tb, qp, Dp, D, esz, kp, nk, S)
+                       const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
+#define QK_ROWS(n) qk_rows(n, dt, tb, qp, Dp, D, esz, kp, nk, kq, nq, S)
     CONST_1_TO_8(R, QK_ROWS);
 #undef QK_ROWS
 }
@@ -179,11 +181,14 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     const int NC = Dp / CH;
     int64_t ko[KB], vo[KB], kpf[KB], vpf[KB];
-    const uint8_t *kp[KB], *vp[KB];
+    const uint8_t *kp[KB], *vp[KB], *kq[KB];
+    const int pf_per_key = esz >= 2;
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
-        /* block j0 + PF_BLOCKS is prefetched one head at a time, each head's rows before that head's work on
-         * this block, so the prefetches spread through the block's arithmetic */
+        /* block j0 + PF_BLOCKS is prefetched one head at a time, spread through this block's work on that head:
+         * 2- and 4-byte rows (whose read is memory-bound) a K row beside each key's logit and the V rows before
+         * the softmax; fp8 rows (whose read is bound by the decode) both at the head's start, out of the
+         * decode loop (measured: speed.md, Results) */
         int64_t jp = j0 + PF_BLOCKS * KB;
         int npf = 0;
         if (jp < it->ke) {
@@ -194,10 +199,11 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
-            vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, D * esz, 0);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
+            for (int jj = 0; jj < npf; jj++) kq[jj] = kb + kpf[jj];
+            if (!pf_per_key) vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, D * esz, 1);
             float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
             float *mg = m + gi * rg, *lg = l + gi * rg;
             const __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
@@ -205,7 +211,8 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
             /* logits: K decoded once per 8 rows */
             for (int r0 = 0; r0 < rg; r0 += 8) {
                 int R = rg - r0 < 8 ? rg - r0 : 8;
-                qk_group(R, dt, &tb, qg + (size_t)r0 * Dp, Dp, D, esz, kp, nk, S + (size_t)r0 * KB * 16);
+                qk_group(R, dt, &tb, qg + (size_t)r0 * Dp, Dp, D, esz, kp, nk, kq, pf_per_key && !r0 ? npf : 0,
+                         S + (size_t)r0 * KB * 16);
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 16, 0, (size_t)(KB - nk) * 64);
@@ -217,6 +224,7 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
                 }
+            if (pf_per_key) vt512_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, D * esz);
             vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
                                 base + it->q0, S, P, mg, lg, alpha);
             for (int r = 0; r < rg; r++) {
