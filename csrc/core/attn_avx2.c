@@ -94,10 +94,11 @@ T static AI void dec16(const vt_dtype dt, const uint8_t *src, __m256 *a, __m256 
         const __m256i w = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src)), 8);
         *a = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
         *b = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
-    } else { /* e4m3 at 2^-8 of its value (dec_unit): sign to bit 15, magnitude to bits 7..13; NaN to NaN */
-        const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
+    } else { /* e4m3 at 2^-8 of its value (dec_unit): sign to bit 15, magnitude to bits 7..13; NaN to NaN.
+              * Sign-extended, the code shifted by 7 has its sign in bits 14 and 15: bit 14 is cleared. */
+        const __m256i x = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)src));
         const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
-        __m256i w = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(x, 8), 1), _mm256_set1_epi16((short)0xBFFF));
+        __m256i w = _mm256_and_si256(_mm256_slli_epi16(x, 7), _mm256_set1_epi16((short)0xBFFF));
         w = _mm256_or_si256(w, nan);
         *a = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
         *b = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
