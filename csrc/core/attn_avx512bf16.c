@@ -279,7 +279,10 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
         /* the rows of a later block into L2, one group at a time as the groups are computed
          * (measured, 32K keys GQA 8, 1 thread: a whole block's rows into L1 at once, as the fp32
-         * tile does, 90 ns per key-head; per group into L1 108-120; per group into L2 76-83) */
+         * tile does, 90 ns per key-head; per group into L1 108-120; per group into L2 76-83); 2-byte rows
+         * (memory-bound) take K's at the group's start and V's after its logits, 1-byte and int4 rows (bound
+         * by their decode) both at the start (measured: speed.md, Results) */
+        const int pf_split = esz >= 2 && !int4;
         const int64_t jp = j0 + BF_PF_BLOCKS * KB;
         const int np = jp < it->ke ? (it->ke - jp < KB ? (int)(it->ke - jp) : KB) : 0;
         if (np) vt_attn_key_offsets(p, it, jp, np, pko, pvo);
@@ -292,7 +295,8 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
-            if (np) vt512_prefetch_rows(p, g, 1, pko, pvo, np, row_bytes, 1);
+            if (np && !pf_split) vt512_prefetch_rows(p, g, 1, pko, pvo, np, row_bytes, 1);
+            if (np && pf_split) vt512_prefetch_head(p->k, p->k_stride_head, g, pko, np, row_bytes);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
@@ -311,6 +315,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
             build_kt(dt, &tb, kp, nk, D, cb, kz, NC, Kt);
             for (int r0 = 0; r0 < rg; r0 += 8)
                 qk_group(rg - r0 < 8 ? rg - r0 : 8, qg + (size_t)r0 * Dh, Dh, Kt, S + (size_t)r0 * KB);
+            if (np && pf_split) vt512_prefetch_head(p->v, p->v_stride_head, g, pvo, np, row_bytes);
             build_vt(dt, &tb, vp, nk, D, cb, vz, NC, Vt);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;
