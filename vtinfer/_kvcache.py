@@ -195,26 +195,10 @@ class PagedKVCache(_C.PagedKVCache):
             later token's values are kept.
         num_threads : int, optional
             Threads to use; default ``VTINFER_NUM_THREADS`` or the CPU affinity.
-            A slot format stores through :func:`vtinfer.turboquant_store` on the
-            layer's slot cache (one thread).
+            A slot format's slots hold the bytes :func:`vtinfer.turboquant_store`
+            writes (the cache's own codebook and, for Octave, its ``rope_dim``).
         """
-        if self._slots:
-            from vtinfer._turboquant import turboquant_store
-
-            _layer_index(layer, self.num_layers, "PagedKVCache.store")
-            return turboquant_store(key, value, self._slot_view(layer), slot_mapping, self.dtype)
         return super().store(layer, key, value, slot_mapping, num_threads=num_threads)
-
-    @property
-    def _slots(self) -> bool:
-        from vtinfer._dtypes import SLOT_DTYPES
-
-        return self.dtype in SLOT_DTYPES
-
-    def _slot_view(self, layer: int) -> np.ndarray:
-        """A slot format's layer as ``[num_blocks, block_size, H_kv, slot_bytes]`` (HND permuted, no copy)."""
-        k = self.key_cache(layer)
-        return k.transpose(0, 2, 1, 3) if self.layout == "HND" else k
 
     @_framework.follows("slots")
     def gather(self, layer: int, slots: Any, *, rotated: bool = False) -> tuple[Any, Any]:
@@ -234,11 +218,6 @@ class PagedKVCache(_C.PagedKVCache):
         (K in the basis its row names: rotated for TurboQuant's MSE presets and
         UltraQuant).
         """
-        if self._slots and not rotated:
-            from vtinfer._turboquant import turboquant_gather
-
-            _layer_index(layer, self.num_layers, "PagedKVCache.gather")
-            return turboquant_gather(self._slot_view(layer), slots, self.dtype, self.head_size)
         return super().gather(layer, slots, rotated=rotated)
 
     def layer_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
