@@ -92,7 +92,6 @@ T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float
         __m512 s0[8], s1[8];
         VT_UNROLL
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
-        VT_UNROLL
         for (int c = 0; c < NC; c++) {
             __m512 ka, kb;
             dec32(dt, kp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &ka, &kb);
