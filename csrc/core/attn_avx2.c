@@ -246,24 +246,6 @@ T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const fl
 #define PF_BLOCKS 8 /* prefetch distance in key blocks (of 8 keys), into L2 (measured: Results, AVX2 prefetch) */
 #endif
 
-/* Prefetch into L2 the rows (row_bytes each) of head g of the n keys at offsets off in the cache c (K or V). */
-static void prefetch_head(const void *c, int64_t stride_head, int g, const int64_t *off, int n, int row_bytes) {
-    const char *b = (const char *)c + (int64_t)g * stride_head;
-    for (int i = 0; i < n; i++)
-        for (int o = 0; o < row_bytes; o += 64) _mm_prefetch(b + off[i] + o, _MM_HINT_T1);
-}
-
-/* Prefetch into L2 the K and V rows (row_bytes each) of head g of the n keys at offsets ko / vo. */
-static void prefetch_rows(const vt_attn_params *p, int g, const int64_t *ko, const int64_t *vo, int n, int row_bytes) {
-    const char *kb = (const char *)p->k + (int64_t)g * p->k_stride_head;
-    const char *vb = (const char *)p->v + (int64_t)g * p->v_stride_head;
-    for (int i = 0; i < n; i++)
-        for (int o = 0; o < row_bytes; o += 64) {
-            _mm_prefetch(kb + ko[i] + o, _MM_HINT_T1);
-            _mm_prefetch(vb + vo[i] + o, _MM_HINT_T1);
-        }
-}
-
 /* The tile for the codes' decoder dt (pth: per-token-head scales) and the head size DC (0: p->head_size), all
  * constants of each instance. */
 T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it,
@@ -330,7 +312,10 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
             for (int jj = 0; jj < npf; jj++) kq[jj] = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head + kpf[jj];
-            if (!pf_per_key) prefetch_rows(p, g, kpf, vpf, npf, row_bytes);
+            if (!pf_per_key) {
+                vt_attn_prefetch_head(p->k, p->k_stride_head, g, kpf, npf, row_bytes);
+                vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
+            }
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
@@ -363,7 +348,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm256_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 8, vb2);
                 }
-            if (pf_per_key) prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
+            if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;
                 float *pr = P + (size_t)r * KB;

@@ -223,7 +223,7 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
                     _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
                 }
-            if (pf_per_key) vt512_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, D * esz);
+            if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, D * esz);
             vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
                                 base + it->q0, S, P, mg, lg, alpha);
             for (int r = 0; r < rg; r++) {

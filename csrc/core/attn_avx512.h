@@ -99,13 +99,6 @@ VT512 void vt512_prefetch_rows(const vt_attn_params *p, int g, int ng, const int
             }
 }
 
-/* Prefetch into L2 the rows (row_bytes each) of head g of the n keys at offsets off in the cache c (K or V). */
-VT512 void vt512_prefetch_head(const void *c, int64_t stride_head, int g, const int64_t *off, int n, int row_bytes) {
-    const char *b = (const char *)c + (int64_t)g * stride_head;
-    for (int i = 0; i < n; i++)
-        for (int o = 0; o < row_bytes; o += 64) _mm_prefetch(b + off[i] + o, _MM_HINT_T1);
-}
-
 /* Per-token-head caches: prefetch into L2 the K and V scales of heads [g, g + ng) of the n keys at
  * the scale offsets kso / vso (vt_attn_scale_offsets): one float per (key, head), on lines of
  * their own beside the rows (vLLM's page puts each after its head's codes). */

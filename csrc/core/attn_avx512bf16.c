@@ -296,7 +296,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
             if (np && !pf_split) vt512_prefetch_rows(p, g, 1, pko, pvo, np, row_bytes, 1);
-            if (np && pf_split) vt512_prefetch_head(p->k, p->k_stride_head, g, pko, np, row_bytes);
+            if (np && pf_split) vt_attn_prefetch_head(p->k, p->k_stride_head, g, pko, np, row_bytes);
             const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
@@ -315,7 +315,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
             build_kt(dt, &tb, kp, nk, D, cb, kz, NC, Kt);
             for (int r0 = 0; r0 < rg; r0 += 8)
                 qk_group(rg - r0 < 8 ? rg - r0 : 8, qg + (size_t)r0 * Dh, Dh, Kt, S + (size_t)r0 * KB);
-            if (np && pf_split) vt512_prefetch_head(p->v, p->v_stride_head, g, pvo, np, row_bytes);
+            if (np && pf_split) vt_attn_prefetch_head(p->v, p->v_stride_head, g, pvo, np, row_bytes);
             build_vt(dt, &tb, vp, nk, D, cb, vz, NC, Vt);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;

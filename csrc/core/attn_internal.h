@@ -115,6 +115,15 @@ static inline int vt_attn_bf16dot_split(const vt_attn_params *p) {
 }
 void vt_attn_tile_bf16dot_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                                  float *acc);
+/* Prefetch into L2 the rows (row_bytes each) of head g of the n keys at byte offsets off in the cache c (K or V,
+ * heads stride_head bytes apart): the SIMD tiles' read-ahead (prefetcht1). */
+static inline void vt_attn_prefetch_head(const void *c, int64_t stride_head, int g, const int64_t *off, int n,
+                                         int row_bytes) {
+    const char *b = (const char *)c + (int64_t)g * stride_head;
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < row_bytes; o += 64) __builtin_prefetch(b + off[i] + o, 0, 2);
+}
+
 #if VT_X86
 /* AVX2: one tile instance per format (attn_avx2.c), indexed by dtype; NULL where AVX2 has none. */
 extern const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT];
