@@ -20,7 +20,9 @@
  * (per 32 dims a word, byte j bit i = dim 4i + j's high bit). Bytes the rules do not write (the pad) are left
  * as they were. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "vt_internal.h"
 #include "vtinfer/turboquant.h"
@@ -97,31 +99,63 @@ static int oct_needs_codebook(const vt_dtype_info *t) {
 
 static int oct_negative(int64_t i) { return (int)(oct_sign_bits[i >> 5] >> (i & 31) & 1u); }
 
-/* In place on x[d]: the orthonormal Walsh-Hadamard butterflies per block of b (a power of two dividing d). */
+/* In place on x[d]: the orthonormal Walsh-Hadamard butterflies per block of b (a power of two dividing d). Each
+ * stage's butterflies are independent, so stages 1 and 2 run together on each group of four and the wider
+ * stages as contiguous runs the compiler vectorizes: the same operations on the same values as stage by stage. */
 static void oct_fwht(float *x, int64_t d, int64_t b) {
     const float norm = (float)(1.0 / sqrt((double)b));
     for (int64_t o = 0; o < d; o += b) {
         float *y = x + o;
-        for (int64_t h = 1; h < b; h *= 2)
-            for (int64_t i = 0; i < b; i += 2 * h)
-                for (int64_t j = i; j < i + h; j++) {
-                    const float a = y[j], c = y[j + h];
-                    y[j] = a + c;
-                    y[j + h] = a - c;
+        int64_t h = 1;
+        if (b >= 4) {
+            for (int64_t i = 0; i < b; i += 4) {
+                const float s0 = y[i] + y[i + 1], d0 = y[i] - y[i + 1];
+                const float s1 = y[i + 2] + y[i + 3], d1 = y[i + 2] - y[i + 3];
+                y[i] = s0 + s1, y[i + 1] = d0 + d1, y[i + 2] = s0 - s1, y[i + 3] = d0 - d1;
+            }
+            h = 4;
+        }
+        for (; h < b; h *= 2)
+            for (int64_t i = 0; i < b; i += 2 * h) {
+                float *lo = y + i, *hi = y + i + h;
+                for (int64_t j = 0; j < h; j++) {
+                    const float a = lo[j], c = hi[j];
+                    lo[j] = a + c;
+                    hi[j] = a - c;
                 }
+            }
         for (int64_t i = 0; i < b; i++) y[i] *= norm;
     }
 }
 
+/* The sign pattern as float sign bits (bit 31 set where it is -1), expanded once from oct_sign_bits. */
+static uint32_t oct_sign_mask[VT_SLOT_MAX_D];
+static pthread_once_t oct_sign_once = PTHREAD_ONCE_INIT;
+
+static void oct_expand_signs(void) {
+    for (int64_t i = 0; i < VT_SLOT_MAX_D; i++) oct_sign_mask[i] = (uint32_t)oct_negative(i) << 31;
+}
+
+/* x[i] with its sign flipped where the sign pattern is -1 (a bit flip: a NaN keeps its payload). */
+static void oct_flip_signs(float *x, int64_t d) {
+    pthread_once(&oct_sign_once, oct_expand_signs);
+    for (int64_t i = 0; i < d; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, 4);
+        u ^= oct_sign_mask[i];
+        memcpy(x + i, &u, 4);
+    }
+}
+
 static void oct_rotate(const float *x, float *out, int64_t d, int64_t b) {
-    for (int64_t i = 0; i < d; i++) out[i] = oct_negative(i) ? -x[i] : x[i];
+    for (int64_t i = 0; i < d; i++) out[i] = x[i];
+    oct_flip_signs(out, d);
     oct_fwht(out, d, b);
 }
 
 static void oct_unrotate(float *x, int64_t d, int64_t b) {
     oct_fwht(x, d, b);
-    for (int64_t i = 0; i < d; i++)
-        if (oct_negative(i)) x[i] = -x[i];
+    oct_flip_signs(x, d);
 }
 
 /* n rotated values -> n codes of the given bits and the scale (before its fp16 rounding). */
@@ -219,9 +253,11 @@ static void oct_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t
     const uint8_t *scales = slot + g.off_scales;
     if (g.kwide) oct_unpack(slot, g.kwide, OCT_ROPE_BITS, codes);
     oct_unpack(slot + g.off_nope, g.d - g.kwide, OCT_NOPE_BITS, codes + g.kwide);
-    for (int64_t i = 0; i < g.d; i++) {
-        const int64_t b = g.compact ? 0 : i / OCT_BLOCK;
-        k[i] = oct_lut(i < g.kwide ? OCT_ROPE_BITS : OCT_NOPE_BITS)[codes[i]] * get_scale(scales + 2 * b);
+    const int64_t kb = g.compact ? g.d : OCT_BLOCK; /* dims per K scale */
+    for (int64_t o = 0; o < g.d; o += kb) {
+        const float ks = get_scale(scales + 2 * (o / kb));
+        const float *kl = oct_lut(o < g.kwide ? OCT_ROPE_BITS : OCT_NOPE_BITS);
+        for (int64_t i = o; i < o + kb; i++) k[i] = kl[codes[i]] * ks;
     }
     oct_unrotate(k, g.d, g.kblock);
     oct_unpack(slot + g.off_v, g.d, (int)g.vbits, codes);

@@ -38,6 +38,21 @@ static unsigned unpack_one(const uint8_t *src, int64_t nbytes, int64_t i, int bi
     return (w >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
+/* Codes 0..d) of a packed row of nbytes, each as unpack_one reads it: 4-bit by bytes, 3-bit by 24-bit groups,
+ * the rest (a partial group, other widths) one at a time. */
+static void unpack_row(const uint8_t *src, int64_t nbytes, int64_t d, int bits, uint8_t *q) {
+    int64_t i = 0;
+    if (bits == 4)
+        for (; i + 2 <= d; i += 2) q[i] = src[i / 2] & 15u, q[i + 1] = src[i / 2] >> 4;
+    else if (bits == 3)
+        for (; i + 8 <= d; i += 8) {
+            const uint8_t *g = src + i / 8 * 3;
+            const uint32_t w = g[0] | (uint32_t)g[1] << 8 | (uint32_t)g[2] << 16;
+            for (int e = 0; e < 8; e++) q[i + e] = (uint8_t)(w >> (3 * e) & 7u);
+        }
+    for (; i < d; i++) q[i] = (uint8_t)unpack_one(src, nbytes, i, bits);
+}
+
 /* Values: min / max, scale floored at 1e-8, codes by division (not a reciprocal), then fp16 scale, fp16 min. */
 static void store_values(const float *v, int64_t d, int bits, uint8_t *dst, int64_t vdb) {
     uint8_t q[TQ_MAX_D];
@@ -114,10 +129,13 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     const int64_t d = c->head_size;
     const int64_t mse = (d * t->key_bits + 7) / 8;
     const int64_t vdb = (d * t->value_bits + 7) / 8;
+    uint8_t q[TQ_MAX_D];
     if (t->key_bits == 8) {
-        for (int64_t j = 0; j < d; j++) ko[j] = vt_fp8_e4m3_to_f32(slot[j]);
+        const float *e4m3 = vt_fp8_decode_table(VT_DTYPE_FP8_E4M3); /* vt_fp8_e4m3_to_f32 of each code */
+        for (int64_t j = 0; j < d; j++) ko[j] = e4m3[slot[j]];
     } else {
-        for (int64_t j = 0; j < d; j++) ko[j] = c->centroids[unpack_one(slot, mse, j, t->key_bits)];
+        unpack_row(slot, mse, d, t->key_bits, q);
+        for (int64_t j = 0; j < d; j++) ko[j] = c->centroids[q[j]];
         if (t->norm_correction) {
             float ss = 0.0f;
             for (int64_t j = 0; j < d; j++) ss += ko[j] * ko[j];
@@ -129,7 +147,8 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     }
     const uint8_t *vq = slot + key_part_bytes(t, d);
     const float scale = get_f16(vq + vdb), zero = get_f16(vq + vdb + 2);
-    for (int64_t j = 0; j < d; j++) vo[j] = (float)unpack_one(vq, vdb, j, t->value_bits) * scale + zero;
+    unpack_row(vq, vdb, d, t->value_bits, q);
+    for (int64_t j = 0; j < d; j++) vo[j] = (float)q[j] * scale + zero;
 }
 
 /* vLLM 0.33 TurboQuantConfig.slot_size_aligned: the key part, then ceil(D * vb / 8) value code bytes and 4
