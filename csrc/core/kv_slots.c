@@ -48,8 +48,15 @@ static uint8_t *slot_at(const vt_tq_cache *c, int64_t s, int64_t h) {
 vt_status vt_tq_store(const vt_tq_cache *c, int src_dtype, const void *key, int64_t key_stride_token,
                       int64_t key_stride_head, const void *value, int64_t value_stride_token,
                       int64_t value_stride_head, const int64_t *slot_mapping, int64_t num_tokens, vt_error *err) {
-    const char *fn = "turboquant_store"; /* the Python function of every slot format */
-    if (!c) return vt_error_set(err, VT_ERR_VALUE, "vt_tq_store: the cache must not be NULL");
+    return vt_tq_store_named("turboquant_store", c, src_dtype, key, key_stride_token, key_stride_head, value,
+                             value_stride_token, value_stride_head, slot_mapping, num_tokens, err);
+}
+
+vt_status vt_tq_store_named(const char *fn, const vt_tq_cache *c, int src_dtype, const void *key,
+                            int64_t key_stride_token, int64_t key_stride_head, const void *value,
+                            int64_t value_stride_token, int64_t value_stride_head, const int64_t *slot_mapping,
+                            int64_t num_tokens, vt_error *err) {
+    if (!c) return vt_error_set(err, VT_ERR_VALUE, "%s: the cache must not be NULL", fn);
     vt_status st = check_cache(c, fn, err);
     if (st != VT_OK) return st;
     if (vt_float_index(src_dtype) < 0)
@@ -105,8 +112,12 @@ static void gather_task(void *ctx, int ith, int nth) {
 
 vt_status vt_tq_gather(const vt_tq_cache *c, const int64_t *slots, int64_t n, float *k_out, float *v_out,
                        int num_threads, vt_error *err) {
-    const char *fn = "turboquant_gather";
-    if (!c) return vt_error_set(err, VT_ERR_VALUE, "vt_tq_gather: the cache must not be NULL");
+    return vt_tq_gather_named("turboquant_gather", c, slots, n, k_out, v_out, num_threads, err);
+}
+
+vt_status vt_tq_gather_named(const char *fn, const vt_tq_cache *c, const int64_t *slots, int64_t n, float *k_out,
+                             float *v_out, int num_threads, vt_error *err) {
+    if (!c) return vt_error_set(err, VT_ERR_VALUE, "%s: the cache must not be NULL", fn);
     vt_status st = check_cache(c, fn, err);
     if (st != VT_OK) return st;
     if (n < 0 || (n > 0 && (!slots || !k_out || !v_out)))

@@ -275,8 +275,8 @@ vt_status vt_kv_cache_store(const vt_kv_cache *c, int64_t layer, const void *key
     if (st != VT_OK) return st;
     if (vt_kv_regions(c->cfg.dtype) == 1) {
         const vt_tq_cache t = slot_cache(c, layer);
-        return vt_tq_store(&t, src_dtype, key, key_stride_token, key_stride_head, value, value_stride_token,
-                           value_stride_head, slot_mapping, num_tokens, err);
+        return vt_tq_store_named(fn, &t, src_dtype, key, key_stride_token, key_stride_head, value,
+                                 value_stride_token, value_stride_head, slot_mapping, num_tokens, err);
     }
     vt_kv_store_params p;
     memset(&p, 0, sizeof p);
@@ -319,7 +319,7 @@ vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const in
     if (st != VT_OK) return st;
     if (vt_kv_regions(c->cfg.dtype) == 1 && !rotated) {
         const vt_tq_cache t = slot_cache(c, layer);
-        return vt_tq_gather(&t, slots, n, k_out, v_out, 1, err);
+        return vt_tq_gather_named(fn, &t, slots, n, k_out, v_out, 1, err);
     }
     const int int4 = c->cfg.dtype == VT_DTYPE_INT4_PTH;
     if (rotated && !int4)

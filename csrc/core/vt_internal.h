@@ -86,6 +86,14 @@ typedef struct vt_slot_codec {
     void (*read)(const struct vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v);
 } vt_slot_codec;
 extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant, vt_slot_octave;
+/* vt_tq_store / vt_tq_gather with the caller's name (fn) heading each message: the functional forms say
+ * turboquant_store / turboquant_gather, the paged cache PagedKVCache.store / PagedKVCache.gather. */
+vt_status vt_tq_store_named(const char *fn, const struct vt_tq_cache *c, int src_dtype, const void *key,
+                            int64_t key_stride_token, int64_t key_stride_head, const void *value,
+                            int64_t value_stride_token, int64_t value_stride_head, const int64_t *slot_mapping,
+                            int64_t num_tokens, vt_error *err);
+vt_status vt_tq_gather_named(const char *fn, const struct vt_tq_cache *c, const int64_t *slots, int64_t n,
+                             float *k_out, float *v_out, int num_threads, vt_error *err);
 /* The largest head size a slot format takes (rows rotated on the stack). */
 #define VT_SLOT_MAX_D 4096
 

@@ -108,6 +108,9 @@ def test_the_cache_refuses_what_the_format_refuses():
     c = vt.PagedKVCache(2, 1, BS, H, 64, "turboquant_k8v4")
     with pytest.raises(IndexError, match=r"PagedKVCache.store: layer must be in \[0, 2\); got 2"):
         c.store(2, np.zeros((1, H, 64), np.float32), np.zeros((1, H, 64), np.float32), np.zeros(1, np.int64))
-    with pytest.raises(IndexError, match=r"slot_mapping\[0\] must be < num_blocks \* block_size = 16"):
+    with pytest.raises(IndexError, match=r"^PagedKVCache.store: slot_mapping\[0\] must be < num_blocks \* block_size "
+                                         r"= 16"):
         c.store(0, np.ones((1, H, 64), np.float32), np.ones((1, H, 64), np.float32), np.array([16], np.int64))
     assert not c.key_cache(0).any()
+    with pytest.raises(IndexError, match=r"^PagedKVCache.gather: slots\[1\] must be in \[0, "):
+        c.gather(0, np.array([0, 16], np.int64))
