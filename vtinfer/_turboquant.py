@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 from typing import Any
 
 import numpy as np
@@ -231,10 +232,12 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
                          s_aux: Any = None, return_lse: bool = False, num_threads: int | None = None) -> Any:
     """Paged attention over a slot cache (the meaning of vLLM 0.33's TurboQuant, UltraQuant and Octave decode).
 
-    The simplest correct path: the blocks ``block_table`` names are dequantized
-    (``turboquant_gather``) into a float32 paged copy, and
-    ``vt.flash_attn_varlen_func`` runs over it. MSE presets keep keys in the
-    rotated basis, so the queries are rotated as vLLM's decode rotates them,
+    The read decodes the slots a chunk of keys at a time (the format's
+    codec, as ``turboquant_gather`` decodes them) into float32 rows that the
+    float32 attention tile reads while they are in cache, and merges the
+    chunks' softmax states: the same meaning as attention over a dequantized
+    float32 copy, without the copy. MSE presets keep keys in the rotated
+    basis, so the queries are rotated as vLLM's decode rotates them,
     ``q_rot = float32(q) @ H`` (a float32 product; ``q . k = q_rot . k_rot``);
     k8v4 queries are widened to float32. UltraQuant's queries are rotated the
     same way and then rounded to float8 e4m3fn (scale 1), as vLLM's launcher
@@ -261,39 +264,46 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
 
     Every key is read from the cache: vLLM's first-chunk prefill attends to the
     chunk's own unquantized keys instead (not mirrored: kv-formats.md).
-    The dequantized copy costs ``num_referenced_blocks * block_size * H_kv *
-    head_size * 8`` bytes and a pass over them per call: no fused read yet.
+    Scratch: ~256 KB of decoded rows per thread, nothing per cached block.
     """
-    from vtinfer._attention import flash_attn_varlen_func
+    from vtinfer._attention import _f32
 
-    info = _tq_info(kv_cache_dtype, "turboquant_attention")
+    fn = "turboquant_attention"
+    info = _tq_info(kv_cache_dtype, fn)
     q = np.asarray(q)
     if q.ndim != 3:
-        raise ValueError(f"turboquant_attention: q must have shape [total_q, H, head_size]; got {q.ndim} dimensions")
+        raise ValueError(f"{fn}: q must have shape [total_q, H, head_size]; got {q.ndim} dimensions")
     if q.dtype.name not in ("float32", "float16", "bfloat16"):
-        raise TypeError(f"turboquant_attention: q must be float32, float16 or bfloat16; got {q.dtype}")
+        raise TypeError(f"{fn}: q must be float32, float16 or bfloat16; got {q.dtype}")
     D = int(q.shape[2])
     shape = getattr(kv_cache, "shape", ())
     if len(shape) != 4:
-        raise ValueError(f"turboquant_attention: kv_cache must have shape [num_blocks, block_size, H_kv, slot_bytes]; "
+        raise ValueError(f"{fn}: kv_cache must have shape [num_blocks, block_size, H_kv, slot_bytes]; "
                          f"got {len(shape)} dimensions")
-    bs = int(shape[1])
-    bt, read, used = referenced_blocks(block_table, seqused_k, int(shape[0]), bs, "turboquant_attention")
-    slots = (used.astype(np.int64)[:, None] * bs + np.arange(bs, dtype=np.int64)).reshape(-1)
-    k, v = turboquant_gather(kv_cache, slots, kv_cache_dtype, D, num_threads=num_threads)
-    k = k.reshape(len(used), bs, -1, D)
-    v = v.reshape(len(used), bs, -1, D)
+    referenced_blocks(block_table, seqused_k, int(shape[0]), int(shape[1]), fn)  # names a bad entry first
     qf = q.astype(np.float32)
-    if info.key_basis == "hadamard":  # the read gives K in the rotated basis (its row says)
+    if info.key_basis == "hadamard" and _power_of_two(D):  # the read gives K in the rotated basis (its row says)
         qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
     if info.query_dtype != "float32":  # the format's query rounding (UltraQuant: e4m3fn), from its row
         qf = qf.astype(dtype_info(info.query_dtype).numpy_dtype).astype(np.float32)
-    res = flash_attn_varlen_func(
-        qf, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k,
-        block_table=np.where(read, np.searchsorted(used, bt), 0).astype(np.int32), softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, s_aux=s_aux, return_lse=return_lse,
-        num_threads=num_threads)
+    try:
+        res = _C.flash_attn_varlen_func(
+            qf, kv_cache, kv_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
+            softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+            alibi_slopes=_f32(alibi_slopes, "alibi_slopes"), s_aux=_f32(s_aux, "s_aux"),
+            kv_cache_dtype=kv_cache_dtype, return_lse=return_lse, num_threads=num_threads)
+    except (ValueError, TypeError, IndexError, NotImplementedError) as e:
+        raise type(e)(_in_our_words(str(e))) from None
     out, lse = (res if return_lse else (res, None))
     out = np.asarray(out).astype(q.dtype)
     return (out, lse) if return_lse else out
+
+
+def _power_of_two(d: int) -> bool:
+    return d > 0 and d & (d - 1) == 0
+
+
+def _in_our_words(msg: str) -> str:
+    """A refusal of the attention call, in turboquant_attention's names (the slot cache is its k and v)."""
+    msg = msg.replace("flash_attn_varlen_func:", "turboquant_attention:", 1)
+    return re.sub(r"(?<!\w)k(?= must)", "kv_cache", msg)

@@ -34,6 +34,7 @@ typedef struct vt_attn_call {
     long long max_seqlen_q, max_seqlen_k;   /* -1: not given */
     int64_t k_descale_sb, k_descale_sh, v_descale_sb, v_descale_sh; /* element strides (batch, KV head) */
     const char *kv_name;                    /* kv_cache_dtype as given (borrowed from the argument) */
+    int64_t slot_rope_dim;                  /* slot formats: the rotary dims k's slot width names */
     PyObject *out_obj, *lse_obj;            /* owned: what the call returns */
 } vt_attn_call;
 

@@ -58,11 +58,25 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
         if (p->s_aux && !finite_f(p->s_aux[h]))
             return vt_error_set(err, VT_ERR_VALUE, FN ": s_aux must be finite; got %g at [%d]", (double)p->s_aux[h], h);
     }
-    if (vt_dtype_get(p->kv_dtype) && vt_dtype_get(p->kv_dtype)->read_family == VT_READ_NONE)
-        return vt_error_set(err, VT_ERR_UNSUPPORTED, FN ": kv_cache_dtype '%s' is not read by this attention (its "
-                            "packed K+V slots are read by turboquant_attention)", vt_dtype_get(p->kv_dtype)->name);
+    const vt_dtype_info *kvi = vt_dtype_get(p->kv_dtype);
+    if (kvi->read_family == VT_READ_NONE)
+        return vt_error_set(err, VT_ERR_UNSUPPORTED, FN ": kv_cache_dtype '%s' is not read by this attention",
+                            kvi->name);
     vt_status gst = vt_dtype_check_head_size(p->kv_dtype, p->head_size, FN, "q's head size", NULL, err);
     if (gst != VT_OK) return gst;
+    if (kvi->read_family == VT_READ_SLOTS) {
+        if (p->k_descale || p->v_descale || p->k_scale_cache || p->v_scale_cache)
+            return vt_error_set(err, VT_ERR_VALUE, FN ": k_descale, v_descale, k_scale_cache and v_scale_cache must "
+                                "be None for kv_cache_dtype '%s' (its scales are in each slot); got one", kvi->name);
+        if (p->k != p->v)
+            return vt_error_set(err, VT_ERR_VALUE, FN ": v must be k for kv_cache_dtype '%s' (one slot cache holds "
+                                "K and V)", kvi->name);
+        if (kvi->rope_block > 0 &&
+            (p->slot_rope_dim < 0 || p->slot_rope_dim > p->head_size || p->slot_rope_dim % kvi->rope_block))
+            return vt_error_set(err, VT_ERR_VALUE, FN ": the rotary dims (rope_dim) of kv_cache_dtype '%s' must be a "
+                                "multiple of %d in [0, %d]; got %lld", kvi->name, kvi->rope_block, p->head_size,
+                                (long long)p->slot_rope_dim);
+    }
     if (p->kv_dtype == VT_DTYPE_INT4_PTH) {
         if (!p->causal)
             return vt_error_set(err, VT_ERR_VALUE, FN ": causal must be True for kv_cache_dtype "
@@ -168,7 +182,10 @@ static vt_status make_plan(const vt_attn_params *p, int nth, plan *pl, void *scr
     if (pl->gt > p->num_kv_heads) pl->gt = p->num_kv_heads;
     pl->rows = (size_t)pl->qt * (size_t)pl->G * (size_t)pl->gt;
     size_t D = (size_t)p->head_size;
-    pl->work_floats = (vt_attn_work_floats(pl->rows, D) + 15) & ~(size_t)15;
+    pl->work_floats = vt_dtype_get(p->kv_dtype)->read_family == VT_READ_SLOTS
+                          ? vt_attn_slot_work_floats(p, pl->rows, pl->gt)
+                          : vt_attn_work_floats(pl->rows, D);
+    pl->work_floats = (pl->work_floats + 15) & ~(size_t)15;
     pl->part_floats = (pl->rows * (D + 2) + 15) & ~(size_t)15;
     int64_t total_tiles = 0;
     for (int b = 0; b < p->batch; b++) total_tiles += seq_tiles(p, pl, b);
@@ -396,6 +413,13 @@ vt_status vt_attn_varlen(const vt_attn_params *p, void *scratch, size_t scratch_
     plan pl;
     if ((s = make_plan(p, num_threads, &pl, NULL, err)) != VT_OK) return s;
     if (pl.n_items == 0) return VT_OK;
+    vt_attn_params with_book; /* a slot format's codebook: the caller's or the core's own */
+    if (vt_dtype_needs_codebook(p->kv_dtype) && !p->slot_centroids) {
+        with_book = *p;
+        if ((s = vt_tq_centroids_shared(p->kv_dtype, p->head_size, &with_book.slot_centroids, err)) != VT_OK)
+            return s;
+        p = &with_book;
+    }
     uintptr_t a = (uintptr_t)scratch, al = (a + 63) & ~(uintptr_t)63;
     if (!scratch || scratch_bytes < pl.bytes) /* pl.bytes has 64 spare bytes for the alignment */
         return vt_error_set(err, VT_ERR_VALUE, FN ": scratch must hold %zu bytes; got %zu", pl.bytes, scratch_bytes);

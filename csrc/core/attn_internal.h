@@ -56,6 +56,12 @@ static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
 
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
+/* The slot formats' tile (attn_slots.c, every ISA): chunks of keys decoded by the format's codec, read by the
+ * active ISA's float32 tile, merged. Its work is vt_attn_slot_work_floats(p, rows, max_groups) floats, for
+ * items of up to `rows` rows and `max_groups` KV heads. */
+void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                        float *acc);
+size_t vt_attn_slot_work_floats(const vt_attn_params *p, size_t rows, int max_groups);
 
 /* The pair-dot (bf16 dot product) tile: grouped rows against a key tile held
  * once per block, for bf16 queries over bf16, fp8 (e4m3fn, e5m2) or int8 /

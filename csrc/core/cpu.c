@@ -28,7 +28,8 @@ typedef struct isa_kernels {
 
 static const isa_kernels ISA_KERNELS[] = {
     {VT_ISA_SCALAR, &vt_codec_scalar, NULL,
-     {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar}},
+     {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar,
+      [VT_READ_SLOTS] = vt_attn_tile_slots}},
 #if VT_X86
     {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tiles_avx2, {0}},
     /* AVX-512 reads the per-token-head formats with the AVX2 instances (faster there on every CPU measured) */

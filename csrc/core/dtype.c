@@ -11,7 +11,7 @@
 /* Geometry shared by the rows that pack or rotate a head row (vt_dtype_check_head_size). */
 #define INT4_GEOMETRY .head_multiple = 2, .head_max = 4096, .rht_block_max = 1024
 #define SLOT_ROW .numpy_name = "uint8", .elem_bytes = 1, .max_finite = 255.0, .mantissa_bits = 8, .elem_bits = 8, \
-    .code_dtype = -1, .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS
+    .code_dtype = -1, .scale_kind = VT_SCALE_SLOT, .page_layout = VT_PAGE_SLOTS, .read_family = VT_READ_SLOTS
 #define TQ_ROW SLOT_ROW, .family = "turboquant", .slot = &vt_slot_turboquant, .boundary_layers = 2
 #define TQ_GEOMETRY .head_multiple = 2, .head_max = VT_SLOT_MAX_D
 /* The MSE presets: Lloyd-Max indices of the Hadamard-rotated unit key, the read renormalising the centroids. */
@@ -148,6 +148,15 @@ size_t vt_dtype_slot_bytes_rope(int dtype, size_t head_size, size_t rope_dim) {
 }
 
 size_t vt_dtype_slot_bytes(int dtype, size_t head_size) { return vt_dtype_slot_bytes_rope(dtype, head_size, head_size); }
+
+int64_t vt_dtype_rope_of_slot_width(int dtype, size_t head_size, size_t width) {
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    if (!t || !t->slot) return -1;
+    if (t->rope_block <= 0) return vt_dtype_slot_bytes(dtype, head_size) == width ? 0 : -1;
+    for (size_t r = 0; r <= head_size; r += (size_t)t->rope_block)
+        if (vt_dtype_slot_bytes_rope(dtype, head_size, r) == width) return (int64_t)r;
+    return -1;
+}
 
 const vt_dtype_info *vt_dtype_get(int dtype) {
     if (dtype < 0 || dtype >= VT_DTYPE_COUNT) return NULL;

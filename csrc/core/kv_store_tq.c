@@ -2,6 +2,7 @@
  * (vtinfer/turboquant.h; the rules with vLLM's sources: .agents/specs/kv-formats.md). The loops and checks
  * are kv_slots.c's. Scalar C11. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -209,6 +210,38 @@ vt_status vt_tq_codebook(int dtype, int64_t head_size, float *centroids, float *
     for (int i = 0; i < levels; i++) centroids[i] = (float)cent[i];
     for (int i = 0; i + 1 < levels; i++) midpoints[i] = (centroids[i] + centroids[i + 1]) / 2.0f;
     return VT_OK;
+}
+
+/* The core's own codebooks, solved once per (dtype, head size) and kept for the process (the solve takes
+ * milliseconds): a fixed table, so a pointer handed out stays valid. */
+#define SHARED_CODEBOOKS 64
+static struct {
+    int dtype;
+    int64_t head_size;
+    float centroids[16];
+} shared_books[SHARED_CODEBOOKS];
+static int shared_count;
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+
+vt_status vt_tq_centroids_shared(int dtype, int64_t head_size, const float **centroids, vt_error *err) {
+    vt_status s = VT_OK;
+    float mids[15];
+    pthread_mutex_lock(&shared_lock);
+    int i = 0;
+    while (i < shared_count && !(shared_books[i].dtype == dtype && shared_books[i].head_size == head_size)) i++;
+    if (i == shared_count) {
+        if (shared_count == SHARED_CODEBOOKS)
+            s = vt_error_set(err, VT_ERR_UNSUPPORTED, "turboquant_codebook: the core keeps %d codebooks and all are "
+                             "taken; pass the codebook (slot_centroids) for more (dtype, head size) pairs",
+                             SHARED_CODEBOOKS);
+        else if ((s = vt_tq_codebook(dtype, head_size, shared_books[i].centroids, mids, err)) == VT_OK) {
+            shared_books[i].dtype = dtype, shared_books[i].head_size = head_size;
+            shared_count++;
+        }
+    }
+    if (s == VT_OK) *centroids = shared_books[i].centroids;
+    pthread_mutex_unlock(&shared_lock);
+    return s;
 }
 
 static int tq_needs_codebook(const vt_dtype_info *t) { return t->key_bits != 8; }

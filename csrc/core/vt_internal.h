@@ -94,6 +94,9 @@ vt_status vt_tq_store_named(const char *fn, const struct vt_tq_cache *c, int src
                             int64_t num_tokens, vt_error *err);
 vt_status vt_tq_gather_named(const char *fn, const struct vt_tq_cache *c, const int64_t *slots, int64_t n,
                              float *k_out, float *v_out, int num_threads, vt_error *err);
+/* *centroids: an MSE preset's codebook for head_size (vt_tq_codebook), solved on first use and kept by the core
+ * for the process (thread-safe). */
+vt_status vt_tq_centroids_shared(int dtype, int64_t head_size, const float **centroids, vt_error *err);
 /* The largest head size a slot format takes (rows rotated on the stack). */
 #define VT_SLOT_MAX_D 4096
 

@@ -121,7 +121,23 @@ def test_other_paths_refuse_the_formats():
         ref = np.zeros_like(cache.key_cache(0))
         vt.turboquant_store(a["key"], a["value"], ref, a["slot_mapping"], fmt)
         assert cache.key_cache(0).any() and np.array_equal(cache.key_cache(0), ref), fmt
+    # The C attention reads a slot cache passed as both k and v (turboquant_attention's path): k's width must
+    # be the format's slot bytes and v must be k; nothing is written on a refusal.
     q = np.zeros((1, 4, D), np.float32)
-    with pytest.raises(NotImplementedError, match=r"kv_cache_dtype 'turboquant_k8v4' is not read by this attention"):
-        _C.flash_attn_varlen_func(q, kc, kc, cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
-                                  block_table=np.zeros((1, 1), np.int32), kv_cache_dtype="turboquant_k8v4")
+    idx = dict(cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
+               block_table=np.zeros((1, 1), np.int32), kv_cache_dtype="turboquant_k8v4")
+    with pytest.raises(ValueError, match=r"^flash_attn_varlen_func: k must have shape \[num_blocks, block_size, "
+                                         r"num_kv_heads, slot_bytes\] \(the slot bytes of 'turboquant_k8v4' at head "
+                                         r"size 64\); got \[2, 16, 2, 64\]"):
+        _C.flash_attn_varlen_func(q, kc, kc, **idx)
+    sc = np.zeros((NB, BS, H, vt.turboquant_slot_bytes("turboquant_k8v4", D)), np.uint8)
+    out = np.full((1, 4, D), 7.0, np.float32)
+    with pytest.raises(ValueError, match=r"^flash_attn_varlen_func: v must be k \(the same slot cache"):
+        _C.flash_attn_varlen_func(q, sc, sc.copy(), out=out, **idx)
+    with pytest.raises(TypeError, match=r"^flash_attn_varlen_func: k must be the uint8 slot cache for kv_cache_dtype "
+                                        r"'turboquant_k8v4'; got int8"):
+        _C.flash_attn_varlen_func(q, sc.view(np.int8), sc.view(np.int8), out=out, **idx)
+    with pytest.raises(ValueError, match=r"^flash_attn_varlen_func: k_descale, v_descale, k_scale_cache and "
+                                         r"v_scale_cache must be None for kv_cache_dtype 'turboquant_k8v4'"):
+        _C.flash_attn_varlen_func(q, sc, sc, out=out, k_descale=np.ones(1, np.float32), **idx)
+    assert (out == 7.0).all()

@@ -130,9 +130,9 @@ int vt_attn_parse_scalars(vt_attn_call *c) {
         PyErr_Format(PyExc_ValueError, "%s: %s", FN, e.message);
         return -1;
     }
-    if (c->kv_flag >= 0 && vt_dtype_get(c->kv_flag)->page_layout == VT_PAGE_SLOTS) {
-        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype '%s' is not read by this attention yet (its packed "
-                     "K+V slots have turboquant_gather only)", FN, kvd);
+    if (c->kv_flag >= 0 && vt_dtype_get(c->kv_flag)->read_family == VT_READ_SLOTS && c->mem != VT_MEMORY_CPU) {
+        PyErr_Format(PyExc_NotImplementedError, "%s: kv_cache_dtype '%s' is not read on CUDA tensors yet (its packed "
+                     "K+V slots are read on the CPU)", FN, kvd);
         return -1;
     }
     return 0;
@@ -190,7 +190,14 @@ static int check_shapes(vt_attn_call *c) {
         return -1;
     }
     const int64_t row = int4 ? D / 2 : D; /* code elements (bytes for int4) of one head row */
-    if (k->shape[3] != row && !(pth && k->shape[3] == row + 4)) { /* + 4: vLLM's padded per-token-head views */
+    if (c->kv_flag >= 0 && vt_dtype_get(c->kv_flag)->read_family == VT_READ_SLOTS) {
+        if ((c->slot_rope_dim = vt_dtype_rope_of_slot_width(c->kv_flag, (size_t)D, (size_t)k->shape[3])) < 0) {
+            snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, slot_bytes] (the slot bytes of '%s' at "
+                     "head size %lld%s)", c->kv_name, (long long)D,
+                     vt_dtype_get(c->kv_flag)->rope_block > 0 ? " for some rotary dims" : "");
+            return vt_shape_error(FN, "k", want, k);
+        }
+    } else if (k->shape[3] != row && !(pth && k->shape[3] == row + 4)) { /* + 4: vLLM's padded per-token-head views */
         snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size%s)",
                  (long long)row, pth ? (int4 ? " or D / 2 + 4" : " or D + 4") : "", int4 ? " / 2" : "");
         return vt_shape_error(FN, "k", want, k);
@@ -254,6 +261,22 @@ static int resolve_kv_dtype(vt_attn_call *c) {
         return -1;
     }
     if (flag >= 0 && vt_dtype_per_token_head(flag)) return resolve_per_token_head(c);
+    if (flag >= 0 && vt_dtype_get(flag)->read_family == VT_READ_SLOTS) {
+        if (k->elem != VT_ELEM_U8) {
+            PyErr_Format(PyExc_TypeError, "%s: k must be the uint8 slot cache for kv_cache_dtype '%s'; got %s", FN, kvd,
+                         k->dtype_name);
+            return -1;
+        }
+        int same = v->data == k->data;
+        for (int i = 0; i < 4; i++) same &= v->strides[i] == k->strides[i];
+        if (!same) {
+            PyErr_Format(PyExc_ValueError, "%s: v must be k (the same slot cache: one slot holds a token's K and V) "
+                         "for kv_cache_dtype '%s'; got another array", FN, kvd);
+            return -1;
+        }
+        c->kv_dtype = flag;
+        return 0;
+    }
     if (c->k_scale_cache.owner || c->v_scale_cache.owner) {
         PyErr_Format(PyExc_ValueError, "%s: k_scale_cache and v_scale_cache must be None unless kv_cache_dtype is a "
                      "per-token-head format; got kv_cache_dtype '%s'", FN, kvd);
@@ -333,6 +356,7 @@ static void fill_cache_params(const vt_attn_call *c, vt_attn_params *p) {
     p->k_stride_block = k->strides[0], p->k_stride_tok = k->strides[1], p->k_stride_head = k->strides[2];
     p->v_stride_block = v->strides[0], p->v_stride_tok = v->strides[1], p->v_stride_head = v->strides[2];
     p->num_kv_heads = (int)k->shape[2];
+    p->slot_rope_dim = c->slot_rope_dim;
     if (c->k_scale_cache.owner) {
         const vt_tensor *ks = &c->k_scale_cache, *vs = &c->v_scale_cache;
         p->k_scale_cache = ks->data;

@@ -99,6 +99,16 @@ typedef struct vt_attn_params {
     const void *k_scale_cache, *v_scale_cache;
     int64_t ks_stride_block, ks_stride_tok, ks_stride_head;
     int64_t vs_stride_block, vs_stride_tok, vs_stride_head;
+
+    /* Slot formats only (kv_dtype whose row has read_family VT_READ_SLOTS: TurboQuant, UltraQuant, Octave):
+     * k and v both point at the uint8 slot cache [num_blocks, block_size, num_kv_heads, slot_bytes] (k's
+     * strides are used), each slot holding one (token, KV head)'s K and V. q must already be in the key basis
+     * the row names (key_basis HADAMARD: q H / sqrt(D)) with the row's query rounding applied; the output is
+     * in V's basis (the model's). slot_rope_dim: the rotary dims of rows with rope_block > 0 (Octave),
+     * ignored otherwise; slot_centroids: an MSE preset's 2^key_bits centroids, NULL for the core's own
+     * (vt_tq_codebook, solved once per (dtype, head size)). Descales and scale caches must be NULL. */
+    int64_t slot_rope_dim;
+    const float *slot_centroids;
 } vt_attn_params;
 
 /* Bytes of scratch vt_attn_varlen needs for `p` and `num_threads`

@@ -62,10 +62,11 @@ typedef enum vt_page_layout {
 /* Which attention tile family reads a dtype's pages (each ISA has one tile per family; the kernel table maps
  * every dtype to its family's tile at init). */
 typedef enum vt_read_family {
-    VT_READ_NONE = 0,         /* not read by the paged attention (TurboQuant: vt_tq_gather) */
+    VT_READ_NONE = 0,         /* not read by the paged attention */
     VT_READ_ELEMENTS = 1,     /* element rows decoded per element (plain, fp8, 8-bit per-token-head codes) */
     VT_READ_INT4_ROTATED = 2, /* packed int4 rows of the rotated basis: q rotated, the output rotated back */
-    VT_READ_FAMILY_COUNT = 3
+    VT_READ_SLOTS = 3,        /* one slot per (token, KV head) holding K and V, read by its codec (vt_slot_codec) */
+    VT_READ_FAMILY_COUNT = 4
 } vt_read_family;
 /* The basis a slot format's read returns K in (and so the basis the query must be in for its dot products). */
 typedef enum vt_key_basis {
@@ -137,6 +138,10 @@ VT_API size_t vt_dtype_slot_bytes(int dtype, size_t head_size);
 /* As vt_dtype_slot_bytes for a model whose rotary dims are rope_dim (read only by rows with rope_block > 0);
  * 0 when rope_dim is not a multiple of the row's rope_block in [0, head_size]. */
 VT_API size_t vt_dtype_slot_bytes_rope(int dtype, size_t head_size, size_t rope_dim);
+/* The rotary dims a slot of `width` bytes names for the slot format `dtype` at head_size (each rope_block of
+ * rotary dims widens the slot, so the width names them; the fewest when two agree); 0 for rows without a
+ * rope_block whose slot is `width` bytes; -1 when no rope_dim gives that width or dtype is no slot format. */
+VT_API int64_t vt_dtype_rope_of_slot_width(int dtype, size_t head_size, size_t width);
 
 /* 1 when the slot format `dtype` indexes a caller-given codebook (TurboQuant's MSE key presets), else 0. */
 VT_API int vt_dtype_needs_codebook(int dtype);
