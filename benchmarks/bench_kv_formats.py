@@ -11,8 +11,8 @@ filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
 (causal: vLLM's int4 read is causal only; one query at the last position sees
 every key). ``--slots`` adds the slot formats turboquant_k8v4,
 ultraquant_4bit and octave_k3v4 (vt.turboquant_store into one uint8 slot cache, read by
-vt.turboquant_attention: a dequantized float32 copy of the referenced blocks,
-then the float32 read). ``--ggml`` adds ggml's CPU flash attention
+vt.turboquant_attention: chunks of slots decoded into float32 rows under the
+float32 tile). ``--ggml`` adds ggml's CPU flash attention
 (``ggml_flash_attn_ext``) over the same K / V values as f16, q8_0 and q4_0,
 contiguous (ggml has no pages), float32 queries, in the same rounds
 (_common.GGML_HOWTO says how to build one). The --reps rounds are interleaved (every format and GQA once per
