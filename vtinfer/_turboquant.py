@@ -200,6 +200,21 @@ def hadamard(head_size: int) -> np.ndarray:
     return (h / np.float32(math.sqrt(head_size))).astype(np.float32)
 
 
+def rotate_rows(x: np.ndarray) -> np.ndarray:
+    """``x @ hadamard(D)`` for float32 rows ``x [n, D]`` (D a power of two), rounded once to float32: the
+    Walsh-Hadamard butterflies in float64, then ``/ sqrt(D)``. Elementwise NumPy, so no BLAS threads are
+    started beside the attention's own (a float32 GEMM here left OpenBLAS threads spinning on the cores the
+    read then ran on)."""
+    n, D = x.shape
+    y = x.astype(np.float64)
+    h = 1
+    while h < D:
+        y = y.reshape(n, D // (2 * h), 2, h)
+        y = np.stack([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], axis=2)
+        h *= 2
+    return (y.reshape(n, D) / math.sqrt(D)).astype(np.float32)
+
+
 def referenced_blocks(block_table: Any, seqused_k: Any, num_blocks: int, block_size: int, fn: str
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The block table as int32, which of its entries attention reads (the first
@@ -283,7 +298,7 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     referenced_blocks(block_table, seqused_k, int(shape[0]), int(shape[1]), fn)  # names a bad entry first
     qf = q.astype(np.float32)
     if info.key_basis == "hadamard" and _power_of_two(D):  # the read gives K in the rotated basis (its row says)
-        qf = (qf.reshape(-1, D) @ hadamard(D)).reshape(qf.shape).astype(np.float32)
+        qf = rotate_rows(qf.reshape(-1, D)).reshape(qf.shape)
     if info.query_dtype != "float32":  # the format's query rounding (UltraQuant: e4m3fn), from its row
         qf = qf.astype(dtype_info(info.query_dtype).numpy_dtype).astype(np.float32)
     try:
