@@ -1,7 +1,9 @@
 /* libFuzzer harness: the argument validation of vt_attn_varlen
- * (csrc/core/attention.c) and the kernels behind it. The harness plays the
+ * (csrc/core/attention.c) and the kernels behind it, the slot formats' read
+ * (attn_slots.c, the codecs' row reads) among them. The harness plays the
  * binding: q, the caches, out and the index arrays have the lengths their
- * shapes say; every value in the index arrays (cu_seqlens_q, seqused_k,
+ * shapes say (a slot cache: its slot bytes per (token, KV head), given as k
+ * and v, another v only when hostile); every value in the index arrays (cu_seqlens_q, seqused_k,
  * block_table), the descales and the options comes from the fuzz bytes.
  * Any status is fine; a crash, an out-of-bounds access or undefined
  * behaviour is not. */
@@ -13,7 +15,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const vt_dtype kv_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16, VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2};
+static const vt_dtype kv_dtypes[] = {VT_DTYPE_F32,       VT_DTYPE_F16,        VT_DTYPE_BF16,
+                                     VT_DTYPE_FP8_E4M3,  VT_DTYPE_FP8_E5M2,   VT_DTYPE_TQ_K8V4,
+                                     VT_DTYPE_TQ_4BIT_NC, VT_DTYPE_TQ_3BIT_NC, VT_DTYPE_UQ_4BIT,
+                                     VT_DTYPE_OCT_K3V4,  VT_DTYPE_OCT_K3V3_COMPACT};
+#define N_KV ((int)(sizeof kv_dtypes / sizeof kv_dtypes[0]))
 static const vt_dtype q_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16};
 
 static size_t esize(vt_dtype d) { return d == VT_DTYPE_F32 ? 4 : (d == VT_DTYPE_F16 || d == VT_DTYPE_BF16) ? 2 : 1; }
@@ -37,14 +43,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.max_blocks = fz_range(&f, 0, 8);
     p.bt_stride = p.max_blocks;
     p.q_dtype = q_dtypes[fz_range(&f, 0, 2)];
-    p.kv_dtype = kv_dtypes[fz_range(&f, 0, 4)];
-    size_t qe = esize(p.q_dtype), ke = esize(p.kv_dtype);
+    p.kv_dtype = kv_dtypes[fz_range(&f, 0, N_KV - 1)];
+    const int slots = vt_dtype_get(p.kv_dtype)->read_family == VT_READ_SLOTS;
+    size_t qe = esize(p.q_dtype), ke = slots ? 1 : esize(p.kv_dtype);
     p.q_stride_head = D * (int64_t)qe;
     p.q_stride_tok = p.num_heads * p.q_stride_head;
     p.out_stride_head = p.q_stride_head;
     p.out_stride_tok = p.q_stride_tok;
     int hnd = fz_bits(&f, 1) & 1;
     int64_t row = D * (int64_t)ke;
+    if (slots) { /* one slot per (token, KV head); the head-size rule may refuse D (then any width does) */
+        const int rb = vt_dtype_get(p.kv_dtype)->rope_block;
+        p.slot_rope_dim = rb > 0 ? (int64_t)fz_range(&f, 0, D / rb) * rb : 0;
+        const size_t sb = vt_dtype_slot_bytes_rope(p.kv_dtype, (size_t)D, (size_t)p.slot_rope_dim);
+        if (sb) row = (int64_t)sb;
+        if (hostile && fz_bits(&f, 1) == 0xfc) p.slot_rope_dim = (int64_t)fz_bits(&f, 2) - 3; /* refused */
+    }
     if (hnd) { /* [NB, H, BS, D] */
         p.k_stride_tok = row, p.k_stride_head = p.block_size * row, p.k_stride_block = hkv * p.block_size * row;
     } else {   /* [NB, BS, H, D] */
@@ -78,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int64_t i = 0; i < p.batch * p.max_blocks; i++)
         bt[i] = (int32_t)(hostile ? fz_index(&f, p.num_blocks) : (p.num_blocks ? fz_range(&f, 0, p.num_blocks - 1) : 0));
-    p.q = q, p.k = k, p.v = v, p.out = out;
+    p.q = q, p.k = k, p.v = slots && !(hostile && (fz_bits(&f, 1) & 1)) ? k : v, p.out = out;
     p.cu_seqlens_q = cu, p.seqused_k = sk, p.block_table = bt;
     p.lse = (fz_bits(&f, 1) & 1) ? lse : NULL;
     p.lse_stride_head = p.total_q, p.lse_stride_tok = 1;
@@ -93,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (opt & 1) p.alibi_slopes = slopes;
     if (opt & 2) p.s_aux = sinks;
     int dmode = (opt >> 2) & 3; /* 0 none, 1 tensor, 2 head, 3 batch x head */
-    if (dmode && p.batch * hkv <= 16) {
+    if (dmode && p.batch * hkv <= 16 && (!slots || hostile)) { /* a slot format refuses descales */
         p.k_descale = kd, p.v_descale = vd;
         p.k_descale_stride_b = p.v_descale_stride_b = dmode == 3 ? hkv : 0;
         p.k_descale_stride_h = p.v_descale_stride_h = dmode >= 2 ? 1 : 0;
