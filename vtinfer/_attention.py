@@ -148,7 +148,7 @@ def flash_attn_varlen_func(
     """
     fn = "flash_attn_varlen_func"
     return_lse = bool(return_lse or return_softmax_lse)
-    # the formats read through a dequantized copy (their own modules): slot formats, NVFP4 pages
+    # the formats with their own front doors (their own modules): slot formats (read in place), NVFP4 pages (a copy)
     if isinstance(kv_cache_dtype, str) and kv_cache_dtype in OWN_PATH_DTYPES:
         own = _nvfp4 if _nvfp4.is_nvfp4(kv_cache_dtype) else _tq_ops
         return own.attention(
