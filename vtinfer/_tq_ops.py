@@ -12,6 +12,8 @@ name, and brings torch tensors to NumPy and back.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 import ml_dtypes
@@ -126,12 +128,16 @@ def attention(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, seqused_k: Any, bloc
         if not isinstance(dst, np.ndarray) or dst.shape != getattr(qn, "shape", None) or dst.dtype != qd:
             raise ValueError(f"{fn}: out must be an array of q's shape {tuple(getattr(qn, 'shape', ()))} and dtype "
                              f"{qd}; got {getattr(dst, 'shape', None)} {getattr(dst, 'dtype', type(dst).__name__)}")
-    res = turboquant_attention(
-        qn, as_numpy(k, "k", fn), cu_seqlens_q=as_numpy(cu_seqlens_q, "cu_seqlens_q", fn),
-        seqused_k=as_numpy(seqused_k, "seqused_k", fn), block_table=as_numpy(block_table, "block_table", fn),
-        kv_cache_dtype=kv_cache_dtype, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        softcap=softcap, alibi_slopes=as_numpy(alibi_slopes, "alibi_slopes", fn), s_aux=as_numpy(s_aux, "s_aux", fn),
-        return_lse=return_lse, num_threads=num_threads)
+    try:
+        res = turboquant_attention(
+            qn, as_numpy(k, "k", fn), cu_seqlens_q=as_numpy(cu_seqlens_q, "cu_seqlens_q", fn),
+            seqused_k=as_numpy(seqused_k, "seqused_k", fn), block_table=as_numpy(block_table, "block_table", fn),
+            kv_cache_dtype=kv_cache_dtype, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+            softcap=softcap, alibi_slopes=as_numpy(alibi_slopes, "alibi_slopes", fn),
+            s_aux=as_numpy(s_aux, "s_aux", fn), return_lse=return_lse, num_threads=num_threads)
+    except (ValueError, TypeError, IndexError, NotImplementedError) as e:  # in the caller's names: fn, k
+        msg = re.sub(r"(?<!\w)kv_cache(?!\w)", "k", str(e).replace("turboquant_attention:", f"{fn}:", 1))
+        raise type(e)(msg) from None
     o, lse = res if return_lse else (res, None)
     if dst is not None:
         np.copyto(dst, o)

@@ -137,6 +137,8 @@ def test_store_refusals_name_the_argument_and_write_nothing(name):
     ("q_dtype", "fp8", r"q_dtype must be None for kv_cache_dtype 'turboquant_4bit_nc' \(queries are float32"),
     ("v", "copy", r"flash_attn_varlen_func: v must be None or k itself for kv_cache_dtype 'turboquant_4bit_nc'"),
     ("out", "wrong", r"flash_attn_varlen_func: out must be an array of q's shape \(8, 4, 64\) and dtype float32"),
+    ("window_size", (-3, 0), r"^flash_attn_varlen_func: window_size\[0\] must be in \[-1, "),
+    ("softcap", -1.0, r"^flash_attn_varlen_func: softcap must be finite and >= 0"),
 ])
 def test_read_refusals_name_the_argument(arg, value, msg):
     fmt, D = "turboquant_4bit_nc", 64
