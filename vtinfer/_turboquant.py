@@ -200,21 +200,6 @@ def hadamard(head_size: int) -> np.ndarray:
     return (h / np.float32(math.sqrt(head_size))).astype(np.float32)
 
 
-def rotate_rows(x: np.ndarray) -> np.ndarray:
-    """``x @ hadamard(D)`` for float32 rows ``x [n, D]`` (D a power of two), rounded once to float32: the
-    Walsh-Hadamard butterflies in float64, then ``/ sqrt(D)``. Elementwise NumPy, so no BLAS threads are
-    started beside the attention's own (a float32 GEMM here left OpenBLAS threads spinning on the cores the
-    read then ran on)."""
-    n, D = x.shape
-    y = x.astype(np.float64)
-    h = 1
-    while h < D:
-        y = y.reshape(n, D // (2 * h), 2, h)
-        y = np.stack([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], axis=2)
-        h *= 2
-    return (y.reshape(n, D) / math.sqrt(D)).astype(np.float32)
-
-
 def referenced_blocks(block_table: Any, seqused_k: Any, num_blocks: int, block_size: int, fn: str
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The block table as int32, which of its entries attention reads (the first
@@ -252,9 +237,9 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     float32 attention tile reads while they are in cache, and merges the
     chunks' softmax states: the same meaning as attention over a dequantized
     float32 copy, without the copy. MSE presets keep keys in the rotated
-    basis, so the queries are rotated as vLLM's decode rotates them,
-    ``q_rot = float32(q) @ H`` (a float32 product; ``q . k = q_rot . k_rot``);
-    k8v4 queries are widened to float32. UltraQuant's queries are rotated the
+    basis, so the read rotates each query row as vLLM's decode does,
+    ``q_rot = float32(q) @ H`` (``q . k = q_rot . k_rot``; the butterflies in
+    float64, rounded once to float32); k8v4 queries are widened to float32. UltraQuant's queries are rotated the
     same way and then rounded to float8 e4m3fn (scale 1), as vLLM's launcher
     and reference (``reference_ultraquant_attention``) do. V is never
     rotated. Octave's read gives K and V in the model's basis, as vLLM's
@@ -284,38 +269,28 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     from vtinfer._attention import _f32
 
     fn = "turboquant_attention"
-    info = _tq_info(kv_cache_dtype, fn)
+    _tq_info(kv_cache_dtype, fn)
     q = np.asarray(q)
     if q.ndim != 3:
         raise ValueError(f"{fn}: q must have shape [total_q, H, head_size]; got {q.ndim} dimensions")
     if q.dtype.name not in ("float32", "float16", "bfloat16"):
         raise TypeError(f"{fn}: q must be float32, float16 or bfloat16; got {q.dtype}")
-    D = int(q.shape[2])
     shape = getattr(kv_cache, "shape", ())
     if len(shape) != 4:
         raise ValueError(f"{fn}: kv_cache must have shape [num_blocks, block_size, H_kv, slot_bytes]; "
                          f"got {len(shape)} dimensions")
     referenced_blocks(block_table, seqused_k, int(shape[0]), int(shape[1]), fn)  # names a bad entry first
-    qf = q.astype(np.float32)
-    if info.key_basis == "hadamard" and _power_of_two(D):  # the read gives K in the rotated basis (its row says)
-        qf = rotate_rows(qf.reshape(-1, D)).reshape(qf.shape)
-    if info.query_dtype != "float32":  # the format's query rounding (UltraQuant: e4m3fn), from its row
-        qf = qf.astype(dtype_info(info.query_dtype).numpy_dtype).astype(np.float32)
-    try:
+    try:  # the read puts q in the key basis and rounds it as the format's row says
         res = _C.flash_attn_varlen_func(
-            qf, kv_cache, kv_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
+            q, kv_cache, kv_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
             alibi_slopes=_f32(alibi_slopes, "alibi_slopes"), s_aux=_f32(s_aux, "s_aux"),
             kv_cache_dtype=kv_cache_dtype, return_lse=return_lse, num_threads=num_threads)
     except (ValueError, TypeError, IndexError, NotImplementedError) as e:
         raise type(e)(_in_our_words(str(e))) from None
     out, lse = (res if return_lse else (res, None))
-    out = np.asarray(out).astype(q.dtype)
+    out = np.asarray(out)
     return (out, lse) if return_lse else out
-
-
-def _power_of_two(d: int) -> bool:
-    return d > 0 and d & (d - 1) == 0
 
 
 def _in_our_words(msg: str) -> str:

@@ -294,9 +294,11 @@ static void store_row(const vt_attn_params *p, int64_t tok, int h, float *x, flo
 }
 
 /* 1 when q's row (token tok, head h) holds a NaN: a magnitude above the
- * infinity pattern of q's dtype (bit test, so the loop vectorizes). */
+ * infinity pattern of q's dtype (bit test, so the loop vectorizes); for the
+ * slot formats, the row as their read takes it (in the key basis, rounded). */
 static int q_row_has_nan(const vt_attn_params *p, int64_t tok, int h) {
     const uint8_t *src = (const uint8_t *)p->q + tok * p->q_stride_tok + (int64_t)h * p->q_stride_head;
+    if (vt_dtype_get(p->kv_dtype)->read_family == VT_READ_SLOTS) return vt_attn_slot_q_has_nan(p, src);
     int D = p->head_size, any = 0;
     if (p->q_dtype == VT_DTYPE_F32) {
         for (int d = 0; d < D; d++) {

@@ -62,6 +62,9 @@ void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float 
 void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                         float *acc);
 size_t vt_attn_slot_work_floats(const vt_attn_params *p, size_t rows, int max_groups);
+/* 1 when the query row at src (q's dtype), put in the key basis and rounded as the slot row says (as the slot
+ * tile reads it), holds a NaN: the row's output is then NaN, as for a NaN in any other format's query. */
+int vt_attn_slot_q_has_nan(const vt_attn_params *p, const uint8_t *src);
 
 /* The pair-dot (bf16 dot product) tile: grouped rows against a key tile held
  * once per block, for bf16 queries over bf16, fp8 (e4m3fn, e5m2) or int8 /

@@ -5,7 +5,8 @@
  * work area, runs the active ISA's float32 tile over the chunk as over a paged float32 cache (a block table
  * of the chunk's own pages), and merges each chunk's softmax state (max, sum, accumulator) into the item's,
  * as the split-KV merge does. A chunk is written and read while it sits in L2: the cache is never copied
- * whole. Chunks are whole blocks, ~CHUNK_BYTES of decoded K and V. */
+ * whole. Chunks are whole blocks, ~CHUNK_BYTES of decoded K and V. The item's query rows are put in the key
+ * basis and rounded as the row says once, into float32 rows the float32 tile reads as its q. */
 #include "attn_internal.h"
 #include "vtinfer/turboquant.h"
 
@@ -31,8 +32,54 @@ size_t vt_attn_slot_work_floats(const vt_attn_params *p, size_t rows, int max_gr
     size_t most = 0;
     for (int ng = 1; ng <= max_groups; ng++)
         if (chunk_rows(p, ng) > most) most = chunk_rows(p, ng);
-    return round16(vt_attn_work_floats(rows, D)) + round16(rows * (D + 2)) + 2 * round16(most * D) +
-           round16((size_t)p->max_blocks);
+    return round16(vt_attn_work_floats(rows, D)) + round16(rows * (D + 2)) + round16(rows * D) +
+           2 * round16(most * D) + round16((size_t)p->max_blocks);
+}
+
+/* A query row (float32, in place) as the row's read takes it (vLLM's decode): key_basis HADAMARD rotates it,
+ * q H / sqrt(D) with the butterflies in double, rounded once to float32; query_dtype FP8_E4M3 then rounds it to
+ * e4m3fn (UltraQuant, as vLLM's launcher does: NaN past e4m3fn's range). */
+static void query_in_key_basis(const vt_dtype_info *t, float *q, int64_t D) {
+    if (t->key_basis == VT_KEY_BASIS_HADAMARD && D <= VT_SLOT_MAX_D && (D & (D - 1)) == 0) {
+        double y[VT_SLOT_MAX_D];
+        for (int64_t d = 0; d < D; d++) y[d] = (double)q[d];
+        vt_fwht_f64(y, D);
+        const double n = sqrt((double)D);
+        for (int64_t d = 0; d < D; d++) q[d] = (float)(y[d] / n);
+    }
+    if (t->query_dtype == VT_DTYPE_FP8_E4M3)
+        for (int64_t d = 0; d < D; d++) q[d] = vt_f32_round_e4m3fn(q[d]);
+}
+
+int vt_attn_slot_q_has_nan(const vt_attn_params *p, const uint8_t *src) {
+    float q[VT_SLOT_MAX_D];
+    const int64_t D = p->head_size <= VT_SLOT_MAX_D ? p->head_size : VT_SLOT_MAX_D;
+    vt_attn_load_q(p, src, q, (int)D);
+    query_in_key_basis(vt_dtype_get(p->kv_dtype), q, D);
+    int any = 0;
+    for (int64_t d = 0; d < D; d++) any |= q[d] != q[d];
+    return any;
+}
+
+/* The item's query rows, each as query_in_key_basis makes it, head-major ([KV head x G][query]) in qbuf, and
+ * the params / item the float32 tile reads them through: its q row address (q_tok0 + q0 + t) * stride_tok +
+ * h * stride_head lands on row (h - g G) * nq + t when stride_tok is one row, stride_head nq rows and q_tok0
+ * takes the item's first head off. */
+static void query_rows(const vt_attn_params *p, const vt_attn_item *it, const vt_dtype_info *t, float *qbuf,
+                       vt_attn_params *cp, vt_attn_item *sub) {
+    const int64_t D = p->head_size, G = p->num_heads / p->num_kv_heads, nh = it->ng * G;
+    for (int64_t hl = 0; hl < nh; hl++)
+        for (int64_t i = 0; i < it->nq; i++) {
+            const uint8_t *src = (const uint8_t *)p->q + (it->q_tok0 + it->q0 + i) * p->q_stride_tok +
+                                 (it->g * G + hl) * p->q_stride_head;
+            float *dst = qbuf + (hl * it->nq + i) * D;
+            vt_attn_load_q(p, src, dst, (int)D);
+            query_in_key_basis(t, dst, D);
+        }
+    cp->q = qbuf, cp->q_dtype = VT_DTYPE_F32;
+    cp->q_stride_tok = D * (int64_t)sizeof(float);
+    cp->q_stride_head = it->nq * cp->q_stride_tok;
+    sub->q_tok0 = -it->q0 - (int64_t)it->g * G * it->nq;
 }
 
 /* Fold a chunk's state (m2, l2, a2) into the item's (m, l, acc), row by row. */
@@ -62,7 +109,8 @@ void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *
     const int64_t rows = it->nq * G * ng, ck = chunk_keys(p, ng);
     const size_t buf = round16(chunk_rows(p, ng) * (size_t)D);
     float *pm = work + round16(vt_attn_work_floats((size_t)rows, (size_t)D)), *pl = pm + rows, *pacc = pl + rows;
-    float *kbuf = pm + round16((size_t)rows * (size_t)(D + 2)), *vbuf = kbuf + buf;
+    float *qbuf = pm + round16((size_t)rows * (size_t)(D + 2)), *kbuf = qbuf + round16((size_t)rows * (size_t)D);
+    float *vbuf = kbuf + buf;
     int32_t *bt = (int32_t *)(vbuf + buf);
     memset(bt, 0, (size_t)p->max_blocks * sizeof *bt);
     const vt_tq_cache sc = {.dtype = p->kv_dtype, .num_blocks = p->num_blocks, .block_size = bs,
@@ -84,6 +132,7 @@ void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *
     const vt_attn_tile_fn tile = vt_kernels_active()->attn_tile[VT_DTYPE_F32];
     const int32_t *table = p->block_table + (int64_t)it->b * p->bt_stride;
     vt_attn_item sub = *it;
+    query_rows(p, it, t, qbuf, &cp, &sub);
     int64_t c0 = it->kb;
     do {
         const int64_t page0 = c0 / bs;

@@ -49,6 +49,13 @@ static uint8_t encode_fp8(float x, const fp_format *f) {
 uint8_t vt_fp8_e4m3_from_f32(float x) { return encode_fp8(x, &FMT_E4M3); }
 uint8_t vt_fp8_e5m2_from_f32(float x) { return encode_fp8(x, &FMT_E5M2); }
 
+float vt_f32_round_e4m3fn(float x) {
+    /* up to 464 (the midpoint of 448 and the NaN code's 480, a tie to the even 448) the saturating encoder
+     * rounds as the cast does; past it the cast rounds to the NaN code */
+    if ((vt_f32_bits(x) & 0x7FFFFFFFu) > 0x43E80000u) return vt_bits_f32(0x7FC00000u);
+    return vt_fp8_e4m3_to_f32(vt_fp8_e4m3_from_f32(x));
+}
+
 float vt_fp8_e4m3_to_f32(uint8_t c) {
     uint32_t sign = (uint32_t)(c & 0x80u) << 24;
     uint32_t e = (c >> 3) & 0xFu, m = c & 7u;

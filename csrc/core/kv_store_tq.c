@@ -74,8 +74,7 @@ static void store_values(const float *v, int64_t d, int bits, uint8_t *dst, int6
     put_f16(dst + vdb + 2, lo);
 }
 
-/* In place: x <- x H_sylvester (unnormalised, +-1), double. */
-static void fwht(double *x, int64_t d) {
+void vt_fwht_f64(double *x, int64_t d) {
     for (int64_t h = 1; h < d; h *= 2)
         for (int64_t i = 0; i < d; i += 2 * h)
             for (int64_t j = i; j < i + h; j++) {
@@ -97,7 +96,7 @@ static void store_key_mse(const vt_tq_cache *c, const float *k, int bits, uint8_
     const float norm = (float)sqrt(sum);
     const float den = norm + 1e-8f;
     for (int64_t i = 0; i < d; i++) y[i] = (double)(k[i] / den);
-    fwht(y, d);
+    vt_fwht_f64(y, d);
     const double h = (double)(1.0f / (float)sqrt((double)d));
     const int n_mid = (1 << bits) - 1;
     for (int64_t i = 0; i < d; i++) {

@@ -99,6 +99,12 @@ vt_status vt_tq_gather_named(const char *fn, const struct vt_tq_cache *c, const 
 vt_status vt_tq_centroids_shared(int dtype, int64_t head_size, const float **centroids, vt_error *err);
 /* The largest head size a slot format takes (rows rotated on the stack). */
 #define VT_SLOT_MAX_D 4096
+/* In place: x <- x H (Sylvester's unnormalised +-1 Hadamard of order d, a power of two), in double: the
+ * butterflies (a + b, a - b) over strides 1, 2, 4, ... (the MSE store's rotation and the read's query's). */
+void vt_fwht_f64(double *x, int64_t d);
+/* x rounded to float8 e4m3fn and back, nearest even, NaN past its range (|x| > 464, inf, NaN): the cast torch
+ * and ml_dtypes make (not the saturating store of vt_fp8_e4m3_from_f32). */
+float vt_f32_round_e4m3fn(float x);
 
 /* A row's store kernel (vt_dtype_info.store): vt_kv_store_check asks `check` (the format's own checks) after the
  * common ones, and vt_kv_store runs `run` once every check passed and there are tokens. */

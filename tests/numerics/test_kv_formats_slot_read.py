@@ -99,3 +99,35 @@ def test_the_read_leaves_the_cache_and_the_rows_outside_the_sequences():
                                   block_table=rng.permutation(NB)[None, :19].astype(np.int32), kv_cache_dtype=fmt)
     assert np.array_equal(cache, before)
     assert np.isfinite(out[:2]).all() and np.abs(out[:2]).max() > 0 and not out[2].any()
+
+
+def test_the_read_rotates_and_rounds_the_query_itself():
+    """The query goes in in the model's basis, whatever its dtype and strides; the read rotates each row and
+    rounds it to e4m3fn for UltraQuant as the e4m3fn cast of ml_dtypes and c10 does: 464 (the midpoint of 448
+    and the NaN code's 480) ties to the even 448, anything past it is NaN. A query of equal entries c / 8
+    (D = 64) has the rotated row (c, 0, ..., 0) exactly, so the rounding edge is hit on the exact value."""
+    fmt, D, bs = "ultraquant_4bit", 64, 16
+    rng = np.random.default_rng(11)
+    cache = cache_of(fmt, D, bs, rng)
+    cu, sk = np.array([0, 1], np.int32), np.array([200], np.int32)
+    bt = rng.permutation(NB)[None, :13].astype(np.int32)
+    q = rng.standard_normal((1, HKV * G, D)).astype(np.float32)
+    edge = {0: 464.0, 1: float(np.nextafter(np.float32(464.0), np.float32(1e9))), 2: -470.0, 3: 448.0, 4: np.inf}
+    for h, c in edge.items():
+        q[0, h] = np.float32(c) / np.float32(8.0)
+    out = vt.turboquant_attention(q, cache, cu_seqlens_q=cu, seqused_k=sk, block_table=bt, kv_cache_dtype=fmt)
+    with np.errstate(invalid="ignore"):  # the inf row's product: inf - inf
+        ref = copy_path(q, cache, fmt, bs, cu, sk, bt)
+    assert np.isfinite(out[0, [0, 3]]).all() and np.isnan(out[0, [1, 2, 4]]).all()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    fin = ~np.isnan(ref)
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=0, atol=float(np.abs(ref[fin]).max()) * 2e-6)
+    # the same query as a strided bfloat16 view: read through its strides, out in bfloat16
+    wide = np.zeros((1, HKV * G, 2 * D), ml_dtypes.bfloat16)
+    wide[:, :, ::2] = q.astype(ml_dtypes.bfloat16)
+    out16 = vt.turboquant_attention(wide[:, :, ::2], cache, cu_seqlens_q=cu, seqused_k=sk, block_table=bt,
+                                    kv_cache_dtype=fmt)
+    assert out16.dtype == ml_dtypes.bfloat16
+    ref16 = vt.turboquant_attention(np.ascontiguousarray(wide[:, :, ::2]), cache, cu_seqlens_q=cu, seqused_k=sk,
+                                    block_table=bt, kv_cache_dtype=fmt)
+    np.testing.assert_array_equal(out16.view(np.uint16), ref16.view(np.uint16))

@@ -102,9 +102,10 @@ typedef struct vt_attn_params {
 
     /* Slot formats only (kv_dtype whose row has read_family VT_READ_SLOTS: TurboQuant, UltraQuant, Octave):
      * k and v both point at the uint8 slot cache [num_blocks, block_size, num_kv_heads, slot_bytes] (k's
-     * strides are used), each slot holding one (token, KV head)'s K and V. q must already be in the key basis
-     * the row names (key_basis HADAMARD: q H / sqrt(D)) with the row's query rounding applied; the output is
-     * in V's basis (the model's). slot_rope_dim: the rotary dims of rows with rope_block > 0 (Octave),
+     * strides are used), each slot holding one (token, KV head)'s K and V. q is in the model's basis: the read
+     * puts each query row in the key basis the row names (key_basis HADAMARD: q H / sqrt(D), the butterflies in
+     * double rounded once to float32) and applies the row's query rounding (query_dtype); the output is in V's
+     * basis (the model's). slot_rope_dim: the rotary dims of rows with rope_block > 0 (Octave),
      * ignored otherwise; slot_centroids: an MSE preset's 2^key_bits centroids, NULL for the core's own
      * (vt_tq_codebook, solved once per (dtype, head size)). Descales and scale caches must be NULL. */
     int64_t slot_rope_dim;
