@@ -109,19 +109,14 @@ static int check_index(tq_call *c, const vt_tensor *t, const char *arg, const ch
                : 0;
 }
 
-/* A rope-dependent row's rotary dims from the slot width (each rope_block of rotary dims adds rope_block / 8 bytes
- * to the K codes and the slot pads to a multiple of that, so the width names them); -1 when no rope_dim fits. */
-static int64_t rope_of_width(int dtype, int64_t D, int64_t width, char *widths, size_t cap) {
-    const int rb = vt_dtype_get(dtype)->rope_block;
-    int64_t found = -1;
+/* The slot widths of a rope-dependent row at head size D, for rotary dims 0, rope_block, .., D (each rope_block
+ * of rotary dims adds rope_block / 8 bytes to the K codes), listed for a message. */
+static void slot_widths(int dtype, int64_t D, char *widths, size_t cap) {
     size_t used = 0;
     widths[0] = '\0';
-    for (int64_t r = 0; r <= D; r += rb) {
-        const int64_t w = (int64_t)vt_dtype_slot_bytes_rope(dtype, (size_t)D, (size_t)r);
-        if (w == width && found < 0) found = r;
-        if (used < cap) used += (size_t)snprintf(widths + used, cap - used, "%s%lld", used ? ", " : "", (long long)w);
-    }
-    return found;
+    for (int64_t r = 0; r <= D && used < cap; r += vt_dtype_get(dtype)->rope_block)
+        used += (size_t)snprintf(widths + used, cap - used, "%s%lld", used ? ", " : "",
+                                 (long long)vt_dtype_slot_bytes_rope(dtype, (size_t)D, (size_t)r));
 }
 
 /* The slot cache [num_blocks, block_size, H_kv, slot_bytes(D)] uint8 with contiguous slots. */
@@ -134,16 +129,17 @@ static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64
     const vt_dtype_info *t = vt_dtype_get(dtype);
     int64_t rope = D, slot = (int64_t)vt_dtype_slot_bytes(dtype, (size_t)D);
     char widths[160];
-    if (t->rope_block > 0 && (rope = rope_of_width(dtype, D, kc->shape[3], widths, sizeof widths)) >= 0)
+    if (t->rope_block > 0 && (rope = vt_dtype_rope_of_slot_width(dtype, (size_t)D, (size_t)kc->shape[3])) >= 0)
         slot = kc->shape[3];
     if (kc->shape[2] != H || kc->shape[3] != slot) {
-        if (t->rope_block > 0)
+        if (t->rope_block > 0) {
+            slot_widths(dtype, D, widths, sizeof widths);
             PyErr_Format(PyExc_ValueError, "%s: kv_cache must have shape [num_blocks, block_size, %lld, slot_bytes] "
                          "with slot_bytes that of kv_cache_dtype '%s' at head_size %lld for rotary dims (rope_dim) "
                          "0, %d, .. %lld: one of %s; got [%lld, %lld, %lld, %lld]", c->fn, (long long)H, t->name,
                          (long long)D, t->rope_block, (long long)D, widths, (long long)kc->shape[0],
                          (long long)kc->shape[1], (long long)kc->shape[2], (long long)kc->shape[3]);
-        else
+        } else
             PyErr_Format(PyExc_ValueError, "%s: kv_cache must have shape [num_blocks, block_size, %lld, %lld] "
                          "(num_kv_heads and slot_size_aligned of kv_cache_dtype '%s' at head_size %lld); got [%lld, "
                          "%lld, %lld, %lld]", c->fn, (long long)H, (long long)slot, t->name, (long long)D,
