@@ -558,6 +558,50 @@ static void test_refusals(void) {
     problem_free(&pb);
 }
 
+/* A slot format's own refusals (Octave: rotary dims out of range or off its 64-dim grid, v not k, a descale):
+ * each names its argument and the rule, and writes nothing. */
+static void test_slot_refusals(void) {
+    problem pb;
+    memset(&pb, 0, sizeof pb);
+    pb.kv = VT_DTYPE_BF16, pb.H = 4, pb.Hkv = 2, pb.D = 128, pb.bs = 16, pb.causal = 1, pb.wl = pb.wr = -1;
+    problem_make(&pb);
+    const int T = pb.cu[BATCH], n = T * pb.H * pb.D;
+    float *out = malloc(sizeof(float) * (size_t)n), *lse = malloc(sizeof(float) * (size_t)T * pb.H);
+    static const struct { int64_t rope; int v_other, descale; const char *says; } cases[] = {
+        {65, 0, 0, "rotary dims (rope_dim) of kv_cache_dtype 'octave_k3v4' must be a multiple of 64 in [0, 128]; got 65"},
+        {192, 0, 0, "must be a multiple of 64 in [0, 128]; got 192"},
+        {-64, 0, 0, "must be a multiple of 64 in [0, 128]; got -64"},
+        {64, 1, 0, "v must be k for kv_cache_dtype 'octave_k3v4'"},
+        {64, 0, 1, "k_descale, v_descale, k_scale_cache and v_scale_cache must be None"},
+    };
+    float kd[BATCH * 2] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int i = 0; i < n; i++) out[i] = 12345.0f;
+        for (int i = 0; i < T * pb.H; i++) lse[i] = 12345.0f;
+        vt_attn_params p;
+        vt_error err;
+        params_for(&pb, out, lse, &p);
+        p.kv_dtype = VT_DTYPE_OCT_K3V4, p.v = cases[c].v_other ? pb.v : pb.k, p.slot_rope_dim = cases[c].rope;
+        if (cases[c].descale) p.k_descale = kd, p.k_descale_stride_b = 2, p.k_descale_stride_h = 1;
+        size_t sb = 0;
+        vt_status st = vt_attn_scratch_size(&p, 2, &sb, &err);
+        if (st == VT_OK) {
+            void *scr = malloc(sb ? sb : 1);
+            st = vt_attn_varlen(&p, scr, sb, 2, &err);
+            free(scr);
+        }
+        CHECK(st == VT_ERR_VALUE, "slot refusal %zu: status %d (%s)", c, (int)st, err.message);
+        CHECK(strstr(err.message, "flash_attn_varlen_func: ") == err.message && strstr(err.message, cases[c].says),
+              "slot refusal %zu: message '%s'", c, err.message);
+        int touched = 0;
+        for (int i = 0; i < n; i++) touched |= out[i] != 12345.0f;
+        for (int i = 0; i < T * pb.H; i++) touched |= lse[i] != 12345.0f;
+        CHECK(!touched, "slot refusal %zu wrote to out or lse", c);
+    }
+    free(out), free(lse);
+    problem_free(&pb);
+}
+
 /* Each ISA's table holds that ISA's own kernels: forcing an ISA must run its
  * codec row kernels and its attention tile, not another ISA's (the reference
  * comparison above would pass with any correct tile). */
@@ -666,6 +710,7 @@ int main(void) {
     test_against_reference();
     test_bf16dot_tile();
     test_refusals();
+    test_slot_refusals();
     char ok[64];
     snprintf(ok, sizeof ok, "OK (isa up to %s)", vt_isa_name(vt_isa_best()));
     return finish("test_attention", ok);
