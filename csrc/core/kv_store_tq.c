@@ -130,9 +130,8 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     const int64_t mse = (d * t->key_bits + 7) / 8;
     const int64_t vdb = (d * t->value_bits + 7) / 8;
     uint8_t q[TQ_MAX_D];
-    if (t->key_bits == 8) {
-        const float *e4m3 = vt_fp8_decode_table(VT_DTYPE_FP8_E4M3); /* vt_fp8_e4m3_to_f32 of each code */
-        for (int64_t j = 0; j < d; j++) ko[j] = e4m3[slot[j]];
+    if (t->key_bits == 8) { /* the active ISA's e4m3 row decode at scale 1: vt_fp8_e4m3_to_f32 of each code */
+        vt_kernels_active()->codec->dequant[0][vt_float_index(VT_DTYPE_F32)](slot, ko, (size_t)d, 1.0f);
     } else {
         unpack_row(slot, mse, d, t->key_bits, q);
         for (int64_t j = 0; j < d; j++) ko[j] = c->centroids[q[j]];
