@@ -88,7 +88,8 @@ static void uq_quantize_row(const float *x, int64_t d, uint8_t *dst) {
 static void uq_dequant_row(const uint8_t *src, int64_t d, float *out) {
     const uint8_t *scales = src + d / 2;
     for (int64_t g = 0; g < d / UQ_GROUP; g++) {
-        const float s = scales[g] ? exp2f((float)((int)scales[g] - 127)) : 0.0f;
+        /* 2^(byte - 127) is the float32 whose exponent field is the byte (255: inf); byte 0 reads 0 */
+        const float s = vt_bits_f32((uint32_t)scales[g] << 23);
         const uint8_t *cg = src + g * (UQ_GROUP / 2);
         float *o = out + g * UQ_GROUP;
         for (int i = 0; i < UQ_GROUP / 2; i++) {

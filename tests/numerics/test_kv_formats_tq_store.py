@@ -236,6 +236,28 @@ def test_gather_equals_twin_read(i):
             np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
 
 
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("fmt", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
+def test_gather_of_any_bytes_equals_twin_read(fmt, D):
+    """Slots of random bytes: every code, and fp16 norms, scales and zeros of every kind (inf, NaN,
+    subnormal), read by turboquant_gather (the attention's slot read) as the twin reads them."""
+    rng = np.random.default_rng([D, len(fmt)])
+    n = 64
+    raw = rng.integers(0, 256, (n, 1, 1, vt.turboquant_slot_bytes(fmt, D)), dtype=np.uint8)
+    s = np.arange(n, dtype=np.int64)
+    K, V = vt.turboquant_gather(raw, s, fmt, D)
+    kb = tq_twin.PRESETS[fmt][0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        k2, v2 = tq_twin.dequantize(fmt, raw.reshape(n, 1, -1), D, None if kb == 8 else vt.turboquant_codebook(fmt, D)[0])
+    np.testing.assert_array_equal(V, v2, err_msg=f"V, {fmt} D={D}")
+    if kb == 8:
+        np.testing.assert_array_equal(K, k2, err_msg=f"K, {fmt} D={D}")
+    else:  # the norm correction's float32 sum: the twin sums pairwise
+        fin = np.isfinite(k2)
+        np.testing.assert_array_equal(np.isfinite(K), fin)
+        np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
+
+
 @pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
 def test_codebook_equals_twins(fmt):
     """vtinfer's Lloyd-Max (the C core's vt_tq_codebook, which the paged cache holds too) bit for bit equal to

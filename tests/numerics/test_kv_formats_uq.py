@@ -118,6 +118,22 @@ def test_gather_matches_the_twin_and_keys_rotate_back():
     rel = np.linalg.norm(kb - k.astype(np.float32), axis=-1) / np.linalg.norm(k.astype(np.float32), axis=-1)
     assert 0.02 < float(np.median(rel)) < 0.2
 
+def test_gather_of_any_bytes_equals_the_twin():
+    """Slots of random bytes (every code, every scale byte 0-255: 0 reads 0, 255 is 2^128 = inf) read by
+    turboquant_gather (the attention's slot read) as the twin reads them, bit for bit."""
+    rng = np.random.default_rng(3)
+    D = 128
+    raw = rng.integers(0, 256, (40, 16, 1, D + 2 * D // 32), dtype=np.uint8)
+    raw[0, 0, 0, D // 2: D // 2 + 4] = [0, 1, 254, 255]
+    s = np.arange(40 * 16, dtype=np.int64)
+    K, V = vt.turboquant_gather(raw, s, FMT, D)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tk, tv = uq_twin.gather(raw, s, D)
+    np.testing.assert_array_equal(K, tk)
+    np.testing.assert_array_equal(V, tv)
+    assert np.isinf(K).any() and np.isnan(K).any()
+
+
 
 def test_store_matches_vllms_triton_store(vllm_source, tmp_path):
     """vLLM's store takes bfloat16 / float16 (its _SUPPORTED_DTYPES); every finite row, adversarial ones

@@ -55,7 +55,10 @@ def dequantize(codes: np.ndarray, scales: np.ndarray, d: int) -> np.ndarray:
     bits = np.empty((*codes.shape[:-1], d), np.uint8)
     bits[..., 0::2] = codes & 0xF
     bits[..., 1::2] = codes >> 4
-    s = np.where(scales == 0, np.float32(0), np.exp2(scales.astype(np.float32) - 127)).astype(np.float32)
+    # 2^(byte - 127) exactly (ldexp: NumPy's float32 exp2 is off by an ulp near 2^126; 255 overflows to inf)
+    with np.errstate(over="ignore"):
+        p2 = np.ldexp(np.float32(1), scales.astype(np.int32) - 127).astype(np.float32)
+    s = np.where(scales == 0, np.float32(0), p2)
     return (E2M1[bits].reshape(*codes.shape[:-1], -1, GROUP) * s[..., None]).reshape(*codes.shape[:-1], d)
 
 
