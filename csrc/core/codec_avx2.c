@@ -156,6 +156,7 @@ CONVERT(c_f16_bf16, ld_f16, 2, st_bf16, 2, VT_DTYPE_F16, VT_DTYPE_BF16)
 CONVERT(c_bf16_f32, ld_bf16, 2, st_f32, 4, VT_DTYPE_BF16, VT_DTYPE_F32)
 CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2, VT_DTYPE_BF16, VT_DTYPE_F16)
 
+#define fwht_rows vt_fwht_scalar /* (the scalar twin, which the compiler vectorizes for SSE) */
 const vt_codec_kernels vt_codec_avx2 = VT_CODEC_TABLE_INIT;
 
 #endif /* VT_X86 */

@@ -167,6 +167,34 @@ CONVERT_ROW(convert_bf16_f16, load_bf16, store_f16)
 void vt_copy_4(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 4); }
 void vt_copy_2(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 2); }
 
+/* vt_fwht_row_fn (codec.h): the twin of the SIMD rotations. Each stage's butterflies are independent, so stages
+ * 1 and 2 run together on each group of four and the wider stages as contiguous runs the compiler vectorizes: the same operations on the same values as stage by stage. */
+void vt_fwht_scalar(float *x, size_t d, size_t b) {
+    const float norm = (float)(1.0 / sqrt((double)b));
+    for (size_t o = 0; o < d; o += b) {
+        float *y = x + o;
+        size_t h = 1;
+        if (b >= 4) {
+            for (size_t i = 0; i < b; i += 4) {
+                const float s0 = y[i] + y[i + 1], d0 = y[i] - y[i + 1];
+                const float s1 = y[i + 2] + y[i + 3], d1 = y[i + 2] - y[i + 3];
+                y[i] = s0 + s1, y[i + 1] = d0 + d1, y[i + 2] = s0 - s1, y[i + 3] = d0 - d1;
+            }
+            h = 4;
+        }
+        for (; h < b; h *= 2)
+            for (size_t i = 0; i < b; i += 2 * h) {
+                float *lo = y + i, *hi = y + i + h;
+                for (size_t j = 0; j < h; j++) {
+                    const float a = lo[j], c = hi[j];
+                    lo[j] = a + c;
+                    hi[j] = a - c;
+                }
+            }
+        for (size_t i = 0; i < b; i++) y[i] *= norm;
+    }
+}
+
 const vt_codec_kernels vt_codec_scalar = {
     .quant = {[VT_DTYPE_F32] = {quant_f32_e4m3, quant_f32_e5m2},
               [VT_DTYPE_F16] = {quant_f16_e4m3, quant_f16_e5m2},
@@ -181,4 +209,5 @@ const vt_codec_kernels vt_codec_scalar = {
                                   [VT_DTYPE_BF16] = convert_f16_bf16},
                 [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = convert_bf16_f32, [VT_DTYPE_F16] = convert_bf16_f16,
                                    [VT_DTYPE_BF16] = vt_copy_2}},
+    .fwht = vt_fwht_scalar,
 };

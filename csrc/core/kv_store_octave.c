@@ -99,35 +99,6 @@ static int oct_needs_codebook(const vt_dtype_info *t) {
 
 static int oct_negative(int64_t i) { return (int)(oct_sign_bits[i >> 5] >> (i & 31) & 1u); }
 
-/* In place on x[d]: the orthonormal Walsh-Hadamard butterflies per block of b (a power of two dividing d). Each
- * stage's butterflies are independent, so stages 1 and 2 run together on each group of four and the wider
- * stages as contiguous runs the compiler vectorizes: the same operations on the same values as stage by stage. */
-static void oct_fwht(float *x, int64_t d, int64_t b) {
-    const float norm = (float)(1.0 / sqrt((double)b));
-    for (int64_t o = 0; o < d; o += b) {
-        float *y = x + o;
-        int64_t h = 1;
-        if (b >= 4) {
-            for (int64_t i = 0; i < b; i += 4) {
-                const float s0 = y[i] + y[i + 1], d0 = y[i] - y[i + 1];
-                const float s1 = y[i + 2] + y[i + 3], d1 = y[i + 2] - y[i + 3];
-                y[i] = s0 + s1, y[i + 1] = d0 + d1, y[i + 2] = s0 - s1, y[i + 3] = d0 - d1;
-            }
-            h = 4;
-        }
-        for (; h < b; h *= 2)
-            for (int64_t i = 0; i < b; i += 2 * h) {
-                float *lo = y + i, *hi = y + i + h;
-                for (int64_t j = 0; j < h; j++) {
-                    const float a = lo[j], c = hi[j];
-                    lo[j] = a + c;
-                    hi[j] = a - c;
-                }
-            }
-        for (int64_t i = 0; i < b; i++) y[i] *= norm;
-    }
-}
-
 /* The sign pattern as float sign bits (bit 31 set where it is -1), expanded once from oct_sign_bits. */
 static uint32_t oct_sign_mask[VT_SLOT_MAX_D];
 static pthread_once_t oct_sign_once = PTHREAD_ONCE_INIT;
@@ -150,11 +121,11 @@ static void oct_flip_signs(float *x, int64_t d) {
 static void oct_rotate(const float *x, float *out, int64_t d, int64_t b) {
     for (int64_t i = 0; i < d; i++) out[i] = x[i];
     oct_flip_signs(out, d);
-    oct_fwht(out, d, b);
+    vt_kernels_active()->codec->fwht(out, (size_t)d, (size_t)b);
 }
 
 static void oct_unrotate(float *x, int64_t d, int64_t b) {
-    oct_fwht(x, d, b);
+    vt_kernels_active()->codec->fwht(x, (size_t)d, (size_t)b);
     oct_flip_signs(x, d);
 }
 

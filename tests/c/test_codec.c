@@ -354,6 +354,53 @@ static void test_stream_alignment(void) {
     free(x), free(f0), free(f1), free(c0), free(c1);
 }
 
+/* The Walsh-Hadamard rotation (vt_fwht_row_fn) of every ISA against the scalar twin, bit for bit (a NaN only as a
+ * NaN: which operand's payload an add passes on is the compiler's choice, even in the twin), over blocks of 2 to 512 (the SIMD kernels take blocks of 16 or more, the twin the rest)
+ * and rows of several blocks; and the twin against the butterflies written out stage by stage in double from
+ * float32 operations (each add / sub rounded to float32). */
+static void test_fwht(void) {
+    enum { N = 1024 };
+    static float x0[N], x1[N], ref[N];
+    uint32_t seed = 12345u;
+    for (size_t b = 2; b <= 512; b *= 2)
+        for (size_t n = b; n <= N; n *= 4) {
+            for (size_t i = 0; i < n; i++) {
+                seed = seed * 1664525u + 1013904223u;
+                uint32_t r = seed >> 8;
+                x0[i] = (float)((double)(r % 20001) / 1000.0 - 10.0);
+                if (r % 97 == 0) x0[i] = bits_f32(0x7FC00000u | (r & 0xFFFu) | (r & 1u) << 31); /* NaNs, payloads */
+                if (r % 89 == 0) x0[i] = r & 2u ? INFINITY : -INFINITY;
+                if (r % 83 == 0) x0[i] = bits_f32(r & 0x807FFFFFu); /* subnormals */
+            }
+            memcpy(ref, x0, n * sizeof(float));
+            for (size_t o = 0; o < n; o += b) /* stage by stage */
+                for (size_t h = 1; h < b; h *= 2)
+                    for (size_t i = o; i < o + b; i++)
+                        if (!(i & h)) {
+                            const float a = ref[i], c = ref[i + h];
+                            ref[i] = a + c, ref[i + h] = a - c;
+                        }
+            const float norm = (float)(1.0 / sqrt((double)b));
+            for (size_t i = 0; i < n; i++) ref[i] *= norm;
+            memcpy(x1, x0, n * sizeof(float));
+            isa_kernels[0].fwht(x1, n, b);
+            int same = 1;
+            for (size_t i = 0; i < n; i++) same &= f32_bits(x1[i]) == f32_bits(ref[i]) || (x1[i] != x1[i] && ref[i] != ref[i]);
+            CHECK(same, "fwht twin vs stage by stage: block %zu, n %zu", b, n);
+            for (int k = 1; k < isa_count; k++) {
+                memcpy(ref, x1, n * sizeof(float));
+                memcpy(x1, x0, n * sizeof(float));
+                isa_kernels[k].fwht(x1, n, b);
+                size_t bad = n;
+                for (size_t i = 0; i < n && bad == n; i++)
+                    if (f32_bits(x1[i]) != f32_bits(ref[i]) && !(x1[i] != x1[i] && ref[i] != ref[i])) bad = i;
+                CHECK(bad == n, "fwht ISA %d vs twin: block %zu, n %zu: element %zu is %08x, the twin's %08x", k, b, n,
+                      bad, bad < n ? f32_bits(x1[bad]) : 0u, bad < n ? f32_bits(ref[bad]) : 0u);
+                memcpy(x1, ref, n * sizeof(float));
+            }
+        }
+}
+
 static void test_bulk_api(void) {
     vt_error err;
     float x[1000];
@@ -424,6 +471,7 @@ int main(int argc, char **argv) {
     test_division_boundaries();
     test_stream_alignment();
     test_bulk_api();
+    test_fwht();
     run_sweep(full);
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
     return failures ? 1 : 0;

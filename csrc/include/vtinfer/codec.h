@@ -62,11 +62,16 @@ VT_API vt_status vt_convert(const void *src, vt_dtype src_dtype, void *dst, vt_d
 typedef void (*vt_quant_row_fn)(const void *src, uint8_t *dst, size_t n, float scale);
 typedef void (*vt_dequant_row_fn)(const uint8_t *src, void *dst, size_t n, float scale);
 typedef void (*vt_convert_row_fn)(const void *src, void *dst, size_t n);
+/* x[n] in place: per block of `block` elements (a power of two dividing n) the Walsh-Hadamard butterflies
+ * (strides 1, 2, 4, ..: y[i] = a + c, y[i + h] = a - c in float32), then each element times
+ * float32(1 / sqrt(block)): Octave's rotation (its sign flips aside). */
+typedef void (*vt_fwht_row_fn)(float *x, size_t n, size_t block);
 
 typedef struct vt_codec_kernels {
     vt_quant_row_fn quant[3][2];     /* [src dtype][fmt] */
     vt_dequant_row_fn dequant[2][3]; /* [fmt][dst dtype] */
     vt_convert_row_fn convert[3][3]; /* [src dtype][dst dtype] */
+    vt_fwht_row_fn fwht;
 } vt_codec_kernels;
 
 /* Kernels of the active ISA. Never NULL. */
