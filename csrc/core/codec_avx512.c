@@ -240,11 +240,10 @@ CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2)
 
 /* ---- the Walsh-Hadamard rotation (vt_fwht_row_fn), 16 lanes ---- */
 
-/* One butterfly stage of stride h < 16 inside a vector: lane i pairs with lane i ^ h (p holds the lane indices
- * i ^ h, m the lanes whose bit h is set); a clear lane takes self + partner (a + c), a set one partner - self
- * (a - c): the scalar twin's operations, operand order included. */
-T static inline __m512 fwht_in_vector(__m512 v, __m512i p, __mmask16 m) {
-    const __m512 q = _mm512_permutexvar_ps(p, v);
+/* One butterfly stage of stride h < 16 inside a vector, given the vector q of each lane's partner (lane i ^ h):
+ * the lanes whose bit h is clear (m's zeros) take self + partner (a + c), the others partner - self (a - c): the
+ * scalar twin's operations, operand order included. */
+T static inline __m512 fwht_in_vector(__m512 v, __m512 q, __mmask16 m) {
     return _mm512_mask_sub_ps(_mm512_add_ps(v, q), m, q, v);
 }
 
@@ -255,18 +254,16 @@ T static void fwht_rows(float *x, size_t n, size_t b) {
         vt_fwht_scalar(x, n, b);
         return;
     }
-    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i p1 = _mm512_xor_si512(lane, _mm512_set1_epi32(1)), p2 = _mm512_xor_si512(lane, _mm512_set1_epi32(2));
-    const __m512i p4 = _mm512_xor_si512(lane, _mm512_set1_epi32(4)), p8 = _mm512_xor_si512(lane, _mm512_set1_epi32(8));
     const __m512 norm = _mm512_set1_ps((float)(1.0 / sqrt((double)b)));
     for (size_t o = 0; o < n; o += b) {
         float *y = x + o;
         for (size_t i = 0; i < b; i += 16) {
             __m512 v = _mm512_loadu_ps(y + i);
-            v = fwht_in_vector(v, p1, 0xAAAA);
-            v = fwht_in_vector(v, p2, 0xCCCC);
-            v = fwht_in_vector(v, p4, 0xF0F0);
-            _mm512_storeu_ps(y + i, fwht_in_vector(v, p8, 0xFF00));
+            /* partners: strides 1 and 2 within 128-bit lanes, 4 and 8 by swapping 128-bit lanes */
+            v = fwht_in_vector(v, _mm512_permute_ps(v, 0xB1), 0xAAAA);
+            v = fwht_in_vector(v, _mm512_permute_ps(v, 0x4E), 0xCCCC);
+            v = fwht_in_vector(v, _mm512_shuffle_f32x4(v, v, 0xB1), 0xF0F0);
+            _mm512_storeu_ps(y + i, fwht_in_vector(v, _mm512_shuffle_f32x4(v, v, 0x4E), 0xFF00));
         }
         for (size_t h = 16; h < b; h *= 2)
             for (size_t i = 0; i < b; i += 2 * h)
