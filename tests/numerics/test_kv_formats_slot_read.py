@@ -82,11 +82,13 @@ def test_chunked_read_equals_the_dequantized_copy(fmt, bs, case):
     scale = float(np.abs(ref).max())
     np.testing.assert_allclose(out.astype(np.float32), ref, rtol=0, atol=scale * 2.0 ** -8)
     np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=2e-5)
-    # away from bf16 rounding: float32 queries, the outputs themselves
+    # away from bf16 rounding: float32 queries, the outputs themselves. Both sides sum up to 2400 keys in
+    # float32 in different orders (chunks of 64-128 keys merged, against one pass): ~sqrt(n) float32 ulps of
+    # the largest output apart (2400: ~50 ulps, 3e-6 of it), so 2e-5 of it holds on every ISA's tile
     out32 = vt.turboquant_attention(q.astype(np.float32), cache, cu_seqlens_q=cu, seqused_k=sk, block_table=bt,
                                     kv_cache_dtype=fmt, num_threads=1, **kw)
     ref32 = copy_path(q.astype(np.float32), cache, fmt, bs, cu, sk, bt, num_threads=1, **kw)
-    np.testing.assert_allclose(out32, ref32, rtol=0, atol=scale * 2e-6)
+    np.testing.assert_allclose(out32, ref32, rtol=0, atol=scale * 2e-5)
 
 
 def test_the_read_leaves_the_cache_and_the_rows_outside_the_sequences():
