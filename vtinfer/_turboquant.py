@@ -296,4 +296,4 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
 def _in_our_words(msg: str) -> str:
     """A refusal of the attention call, in turboquant_attention's names (the slot cache is its k and v)."""
     msg = msg.replace("flash_attn_varlen_func:", "turboquant_attention:", 1)
-    return re.sub(r"(?<!\w)k(?= must)", "kv_cache", msg)
+    return re.sub(r"(?<!\w)k(?= must|'s )", "kv_cache", msg)

@@ -141,3 +141,7 @@ def test_other_paths_refuse_the_formats():
                                          r"v_scale_cache must be None for kv_cache_dtype 'turboquant_k8v4'"):
         _C.flash_attn_varlen_func(q, sc, sc, out=out, k_descale=np.ones(1, np.float32), **idx)
     assert (out == 7.0).all()
+    # turboquant_attention says the same in its own names: the slot cache is its kv_cache (the C read's k)
+    with pytest.raises(ValueError, match=r"^turboquant_attention: q must have a head count divisible by kv_cache's "
+                                         r"num_kv_heads; got 3 and 2"):
+        vt.turboquant_attention(q[:, :3], sc, **idx)
