@@ -53,9 +53,30 @@ DLManagedTensorVersioned._fields_ = [("version", DLVersion), ("manager_ctx", cty
                                      ("deleter", DELETER_V), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
 
 
+_MAX_BUFFER = 1 << 20
+
+
+def _buffer_bytes(shape, strides, bits, lanes):
+    """Bytes that cover the view's extent, at least 64, so two fakes never
+    overlap (the ops refuse caches and inputs that share memory). A hostile
+    shape (negative, or past `_MAX_BUFFER`) gets 64: the op refuses it first."""
+    if any(n < 0 for n in shape) or (strides is not None and len(strides) != len(shape)):
+        return 64
+    if any(n == 0 for n in shape):
+        return 64
+    if strides is None:
+        elems = 1
+        for n in shape:
+            elems *= n
+    else:
+        elems = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
+    size = elems * max(1, (bits * max(lanes, 1) + 7) // 8)
+    return 64 if size > _MAX_BUFFER else max(64, size)
+
+
 class FakeTensor:
     """Exports `shape` (and optional element `strides`) of a DLPack dtype
-    over a 64-byte buffer. `deleted` counts deleter calls. Hostile fields
+    over a buffer that covers the view (at least 64 bytes). `deleted` counts deleter calls. Hostile fields
     on request: `lanes`, `byte_offset`, `null_data`, `ndim` (overrides
     len(shape)), `null_shape`; `versioned` exports a DLPack 1.x capsule
     ("dltensor_versioned", `read_only` sets its flag, `major` its version);
@@ -64,7 +85,7 @@ class FakeTensor:
     def __init__(self, shape, code=2, bits=32, strides=None, device_type=1, *, lanes=1, byte_offset=0,
                  null_data=False, ndim=None, null_shape=False, versioned=False, read_only=False, major=1,
                  device_id=0):
-        self.buffer = ctypes.create_string_buffer(64)
+        self.buffer = ctypes.create_string_buffer(_buffer_bytes(shape, strides, bits, lanes))
         self.shape = (ctypes.c_int64 * len(shape))(*shape)
         self.strides = (ctypes.c_int64 * len(shape))(*strides) if strides is not None else None
         self.deleted = 0
