@@ -1,7 +1,9 @@
 /* The slot formats' read (TurboQuant, UltraQuant, Octave: read family VT_READ_SLOTS).
  *
  * One tile kernel for every ISA: it decodes the item's keys a chunk at a time with the format's slot codec
- * (vt_slot_codec.read: K in the key basis the row names, V in the model's) into float32 rows of the thread's
+ * (vt_slot_codec.attn_read where the codec has one: K and V in the codec's rotated bases, the query rotated
+ * into K's once and each output row rotated back once; else .read: K in the key basis the row names, V in the
+ * model's) into float32 rows of the thread's
  * work area, runs the active ISA's float32 tile over the chunk as over a paged float32 cache (a block table
  * of the chunk's own pages), and merges each chunk's softmax state (max, sum, accumulator) into the item's,
  * as the split-KV merge does. A chunk is written and read while it sits in L2: the cache is never copied
@@ -37,8 +39,9 @@ size_t vt_attn_slot_work_floats(const vt_attn_params *p, size_t rows, int max_gr
 }
 
 /* A query row (float32, in place) as the row's read takes it (vLLM's decode): key_basis HADAMARD rotates it,
- * q H / sqrt(D) with the butterflies in double, rounded once to float32; query_dtype FP8_E4M3 then rounds it to
- * e4m3fn (UltraQuant, as vLLM's launcher does: NaN past e4m3fn's range). */
+ * q H / sqrt(D) with the butterflies in double, rounded once to float32; a codec's attn_query puts it in its
+ * attn_read's K basis; query_dtype FP8_E4M3 then rounds it to e4m3fn (UltraQuant, as vLLM's launcher does: NaN
+ * past e4m3fn's range). */
 static void query_in_key_basis(const vt_dtype_info *t, float *q, int64_t D) {
     if (t->key_basis == VT_KEY_BASIS_HADAMARD && D <= VT_SLOT_MAX_D && (D & (D - 1)) == 0) {
         double y[VT_SLOT_MAX_D];
@@ -47,6 +50,7 @@ static void query_in_key_basis(const vt_dtype_info *t, float *q, int64_t D) {
         const double n = sqrt((double)D);
         for (int64_t d = 0; d < D; d++) q[d] = (float)(y[d] / n);
     }
+    if (t->slot->attn_query) t->slot->attn_query(t, q, D);
     if (t->query_dtype == VT_DTYPE_FP8_E4M3)
         for (int64_t d = 0; d < D; d++) q[d] = vt_f32_round_e4m3fn(q[d]);
 }
@@ -130,6 +134,8 @@ void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *
     cp.k_descale = cp.v_descale = NULL;
     cp.k_scale_cache = cp.v_scale_cache = NULL;
     const vt_attn_tile_fn tile = vt_kernels_active()->attn_tile[VT_DTYPE_F32];
+    void (*const read)(const vt_tq_cache *, const vt_dtype_info *, const uint8_t *, float *, float *) =
+        t->slot->attn_read ? t->slot->attn_read : t->slot->read;
     const int32_t *table = p->block_table + (int64_t)it->b * p->bt_stride;
     vt_attn_item sub = *it;
     query_rows(p, it, t, qbuf, &cp, &sub);
@@ -143,7 +149,7 @@ void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *
             const int64_t row = ((pi - page0) * bs + off) * ng;
             bt[pi] = (int32_t)(pi - page0);
             for (int64_t g = it->g; g < it->g + ng; g++)
-                t->slot->read(&sc, t, src + g * sc.stride_head, kbuf + (row + g) * D, vbuf + (row + g) * D);
+                read(&sc, t, src + g * sc.stride_head, kbuf + (row + g) * D, vbuf + (row + g) * D);
         }
         sub.kb = c0, sub.ke = c1;
         if (c0 == it->kb) {
@@ -155,4 +161,6 @@ void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *
         for (int64_t pi = page0; pi * bs < c1; pi++) bt[pi] = 0;
         c0 = c1;
     } while (c0 < it->ke);
+    if (t->slot->attn_output)
+        for (int64_t r = 0; r < rows; r++) t->slot->attn_output(t, acc + r * D, D);
 }

@@ -218,26 +218,57 @@ static void oct_store(const vt_tq_cache *c, const vt_dtype_info *t, const float 
     oct_pack(codes, g.d, (int)g.vbits, slot + g.off_v);
 }
 
-static void oct_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v) {
+/* K and V of a slot in their rotated bases (codes x scales, no rotation undone). */
+static void oct_read_rotated(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k,
+                             float *v) {
     const oct_geometry g = oct_layout(t, c->head_size, c->rope_dim);
     uint8_t codes[VT_SLOT_MAX_D];
     const uint8_t *scales = slot + g.off_scales;
     if (g.kwide) oct_unpack(slot, g.kwide, OCT_ROPE_BITS, codes);
     oct_unpack(slot + g.off_nope, g.d - g.kwide, OCT_NOPE_BITS, codes + g.kwide);
-    const int64_t kb = g.compact ? g.d : OCT_BLOCK; /* dims per K scale */
-    for (int64_t o = 0; o < g.d; o += kb) {
-        const float ks = get_scale(scales + 2 * (o / kb));
+    for (int64_t o = 0; o < g.d; o += g.kblock) {
+        const float ks = get_scale(scales + 2 * (o / g.kblock));
         const float *kl = oct_lut(o < g.kwide ? OCT_ROPE_BITS : OCT_NOPE_BITS);
-        for (int64_t i = o; i < o + kb; i++) k[i] = kl[codes[i]] * ks;
+        for (int64_t i = o; i < o + g.kblock; i++) k[i] = kl[codes[i]] * ks;
     }
-    oct_unrotate(k, g.d, g.kblock);
     oct_unpack(slot + g.off_v, g.d, (int)g.vbits, codes);
     const float vs = get_scale(scales + 2 * g.num_k_scales);
     const float *vl = oct_lut((int)g.vbits);
     for (int64_t i = 0; i < g.d; i++) v[i] = vl[codes[i]] * vs;
+}
+
+static void oct_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v) {
+    const oct_geometry g = oct_layout(t, c->head_size, c->rope_dim);
+    oct_read_rotated(c, t, slot, k, v);
+    oct_unrotate(k, g.d, g.kblock);
     oct_unrotate(v, g.d, g.vblock);
+}
+
+/* Attention's maps, in double, rounded once: the K rotation is R = H S (S the signs, H the blocks'
+ * Walsh-Hadamard / sqrt(b), symmetric), orthogonal, so q . (R^T k') = (R q) . k'; the V rotation's inverse is
+ * R^T = S H, applied to a sum of rotated V rows. */
+static void oct_rotate_f64(float *x, int64_t d, int64_t b, int signs_first) {
+    double y[VT_SLOT_MAX_D];
+    for (int64_t i = 0; i < d; i++) y[i] = (double)x[i];
+    if (signs_first)
+        for (int64_t i = 0; i < d; i++) y[i] = oct_negative(i) ? -y[i] : y[i];
+    const double n = sqrt((double)b);
+    for (int64_t o = 0; o < d; o += b) vt_fwht_f64(y + o, b);
+    for (int64_t i = 0; i < d; i++) y[i] /= n;
+    if (!signs_first)
+        for (int64_t i = 0; i < d; i++) y[i] = oct_negative(i) ? -y[i] : y[i];
+    for (int64_t i = 0; i < d; i++) x[i] = (float)y[i];
+}
+
+static void oct_attn_query(const vt_dtype_info *t, float *q, int64_t d) {
+    oct_rotate_f64(q, d, oct_layout(t, d, 0).kblock, 1);
+}
+
+static void oct_attn_output(const vt_dtype_info *t, float *o, int64_t d) {
+    oct_rotate_f64(o, d, oct_layout(t, d, 0).vblock, 0);
 }
 
 const vt_slot_codec vt_slot_octave = {
     .slot_bytes = oct_slot_bytes, .needs_codebook = oct_needs_codebook, .store = oct_store, .read = oct_read,
+    .attn_read = oct_read_rotated, .attn_query = oct_attn_query, .attn_output = oct_attn_output,
 };

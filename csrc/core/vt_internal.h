@@ -86,6 +86,13 @@ typedef struct vt_slot_codec {
     void (*store)(const struct vt_tq_cache *c, const vt_dtype_info *t, const float *k, const float *v,
                   uint8_t *slot);
     void (*read)(const struct vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v);
+    /* Optional (NULL: attention reads with read): attention's read, K and V left in bases of the codec's own
+     * (orthogonal rotations of the model's), with the two maps that make it equal read's attention: attn_query
+     * puts a query row (d float32, in place) in attn_read's K basis (q . k = q' . k'), attn_output puts a sum of
+     * weights x attn_read's V rows back in the model's basis. */
+    void (*attn_read)(const struct vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v);
+    void (*attn_query)(const vt_dtype_info *t, float *q, int64_t d);
+    void (*attn_output)(const vt_dtype_info *t, float *o, int64_t d);
 } vt_slot_codec;
 extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant, vt_slot_octave;
 /* vt_tq_store / vt_tq_gather with the caller's name (fn) heading each message: the functional forms say
