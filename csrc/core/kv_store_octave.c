@@ -170,25 +170,6 @@ static void oct_pack(const uint8_t *c, int64_t n, int bits, uint8_t *dst) {
         }
 }
 
-static void oct_unpack(const uint8_t *src, int64_t n, int bits, uint8_t *c) {
-    if (bits == 4) {
-        for (int64_t w = 0; w < n / 8; w++)
-            for (int j = 0; j < 4; j++) {
-                c[8 * w + j] = src[4 * w + j] & 15u;
-                c[8 * w + 4 + j] = src[4 * w + j] >> 4;
-            }
-        return;
-    }
-    const uint8_t *hi = src + n / 4;
-    for (int64_t w = 0; w < n / 32; w++) /* dim 32w + 4i + j: low bits in word 2w + i / 4, high bits in word w */
-        for (int i = 0; i < 8; i++)
-            for (int j = 0; j < 4; j++) {
-                const unsigned lo = src[4 * (2 * w + i / 4) + j] >> (2 * (i % 4)) & 3u;
-                const unsigned h = hi[4 * w + j] >> i & 1u;
-                c[32 * w + 4 * i + j] = (uint8_t)(lo + 4 * h);
-            }
-}
-
 static void put_f16(uint8_t *p, float x) {
     const uint16_t h = vt_f16_from_f32(x);
     p[0] = (uint8_t)(h & 0xFF);
@@ -218,23 +199,58 @@ static void oct_store(const vt_tq_cache *c, const vt_dtype_info *t, const float 
     oct_pack(codes, g.d, (int)g.vbits, slot + g.off_v);
 }
 
+/* Levels times a scale, once per level (the same single rounding as per element). */
+static void oct_levels(int bits, float s, float *l) {
+    const float *lut = oct_lut(bits);
+    for (int c = 0; c < 1 << bits; c++) l[c] = lut[c] * s;
+}
+
+/* n values (a multiple of 8) of 4-bit codes at src (oct_pack's words), each lut[code] * s, into out. */
+static void oct_decode4(const uint8_t *src, int64_t n, float s, float *out) {
+    float l[16];
+    oct_levels(4, s, l);
+    for (int64_t w = 0; w < n / 8; w++)
+        for (int j = 0; j < 4; j++) {
+            const unsigned b = src[4 * w + j];
+            out[8 * w + j] = l[b & 15u];
+            out[8 * w + 4 + j] = l[b >> 4];
+        }
+}
+
+/* n values (a multiple of 32) of 3-bit codes, their 2-bit plane at lo and 1-bit plane at hi (oct_pack's words
+ * from the first of the n dims on), each lut[code] * s, into out. Dim 32w + 4i + j: bits 2i of the 16 bits
+ * byte j of words 2w and 2w + 1 make, bit i of byte j of high word w. */
+static void oct_decode3(const uint8_t *lo, const uint8_t *hi, int64_t n, float s, float *out) {
+    float l[8];
+    oct_levels(3, s, l);
+    for (int64_t w = 0; w < n / 32; w++)
+        for (int j = 0; j < 4; j++) {
+            const unsigned b = lo[8 * w + j] | (unsigned)lo[8 * w + 4 + j] << 8, h = hi[4 * w + j];
+            for (int i = 0; i < 8; i++) out[32 * w + 4 * i + j] = l[(b >> (2 * i) & 3u) | (h >> i & 1u) << 2];
+        }
+}
+
+/* n values of `bits`-bit codes of a section (its planes start at src, section_n dims long), from its dim e on. */
+static void oct_decode(const uint8_t *src, int64_t section_n, int64_t e, int64_t n, int bits, float s, float *out) {
+    if (bits == 4)
+        oct_decode4(src + e / 2, n, s, out);
+    else
+        oct_decode3(src + e / 4, src + section_n / 4 + e / 8, n, s, out);
+}
+
 /* K and V of a slot in their rotated bases (codes x scales, no rotation undone). */
 static void oct_read_rotated(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k,
                              float *v) {
     const oct_geometry g = oct_layout(t, c->head_size, c->rope_dim);
-    uint8_t codes[VT_SLOT_MAX_D];
     const uint8_t *scales = slot + g.off_scales;
-    if (g.kwide) oct_unpack(slot, g.kwide, OCT_ROPE_BITS, codes);
-    oct_unpack(slot + g.off_nope, g.d - g.kwide, OCT_NOPE_BITS, codes + g.kwide);
     for (int64_t o = 0; o < g.d; o += g.kblock) {
         const float ks = get_scale(scales + 2 * (o / g.kblock));
-        const float *kl = oct_lut(o < g.kwide ? OCT_ROPE_BITS : OCT_NOPE_BITS);
-        for (int64_t i = o; i < o + g.kblock; i++) k[i] = kl[codes[i]] * ks;
+        if (o < g.kwide)
+            oct_decode(slot, g.kwide, o, g.kblock, OCT_ROPE_BITS, ks, k + o);
+        else
+            oct_decode(slot + g.off_nope, g.d - g.kwide, o - g.kwide, g.kblock, OCT_NOPE_BITS, ks, k + o);
     }
-    oct_unpack(slot + g.off_v, g.d, (int)g.vbits, codes);
-    const float vs = get_scale(scales + 2 * g.num_k_scales);
-    const float *vl = oct_lut((int)g.vbits);
-    for (int64_t i = 0; i < g.d; i++) v[i] = vl[codes[i]] * vs;
+    oct_decode(slot + g.off_v, g.d, 0, g.d, (int)g.vbits, get_scale(scales + 2 * g.num_k_scales), v);
 }
 
 static void oct_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v) {
