@@ -59,6 +59,33 @@ static int new_outputs(vt_module_state *st, vt_attn_call *c) {
     return 0;
 }
 
+/* The largest scratch kept between calls: a decode's is ~100 KB per thread plus its splits' partials, the slot
+ * formats' ~1 MB per thread. Fresh pages cost their first-touch faults on every call (measured ~10% of a slot
+ * format's 32K-key decode). */
+#define SCRATCH_KEEP_MAX ((size_t)64 << 20)
+
+/* A scratch of at least `bytes` (*have: its size): the module's kept one when it is large enough, else new. */
+static void *scratch_take(vt_module_state *st, size_t bytes, size_t *have) {
+    if (st->attn_scratch && st->attn_scratch_bytes >= bytes) {
+        void *s = st->attn_scratch;
+        *have = st->attn_scratch_bytes;
+        st->attn_scratch = NULL, st->attn_scratch_bytes = 0;
+        return s;
+    }
+    *have = bytes ? bytes : 1;
+    return PyMem_RawMalloc(*have);
+}
+
+/* Keep the larger of the given scratch and the kept one (none past SCRATCH_KEEP_MAX); free the other. */
+static void scratch_give(vt_module_state *st, void *s, size_t have) {
+    if (have > SCRATCH_KEEP_MAX || (st->attn_scratch && st->attn_scratch_bytes >= have)) {
+        PyMem_RawFree(s);
+        return;
+    }
+    PyMem_RawFree(st->attn_scratch);
+    st->attn_scratch = s, st->attn_scratch_bytes = have;
+}
+
 static int run_kernel(vt_module_state *st, const vt_attn_call *c, const vt_attn_params *p, int num_threads) {
     vt_error err;
     size_t bytes;
@@ -67,7 +94,8 @@ static int run_kernel(vt_module_state *st, const vt_attn_call *c, const vt_attn_
         return -1;
     }
     if (vt_attn_check_max_seqlen(c, p, NULL, NULL) < 0) return -1;
-    void *scratch = PyMem_RawMalloc(bytes ? bytes : 1);
+    size_t have;
+    void *scratch = scratch_take(st, bytes, &have);
     if (!scratch) {
         PyErr_Format(PyExc_MemoryError, "%s: scratch of %zu bytes could not be allocated", FN, bytes);
         return -1;
@@ -76,7 +104,7 @@ static int run_kernel(vt_module_state *st, const vt_attn_call *c, const vt_attn_
     Py_BEGIN_ALLOW_THREADS
     s = vt_attn_varlen(p, scratch, bytes, num_threads, &err);
     Py_END_ALLOW_THREADS
-    PyMem_RawFree(scratch);
+    scratch_give(st, scratch, have);
     if (s != VT_OK) {
         vt_raise(st, &err);
         return -1;

@@ -88,6 +88,8 @@ static int vt_clear(PyObject *m) {
     Py_CLEAR(st->descr_e4m3);
     Py_CLEAR(st->descr_e5m2);
     for (int i = 0; i < VT_SLOT_COUNT; i++) Py_CLEAR(st->slots[i]);
+    PyMem_RawFree(st->attn_scratch);
+    st->attn_scratch = NULL, st->attn_scratch_bytes = 0;
     return 0;
 }
 

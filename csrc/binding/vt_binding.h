@@ -23,6 +23,10 @@ typedef struct vt_module_state {
     PyArray_Descr *descr_bf16, *descr_e4m3, *descr_e5m2;
     int typenum_bf16, typenum_e4m3, typenum_e5m2;
     PyObject *slots[VT_SLOT_COUNT];
+    /* attention's scratch kept between calls (attention_binding.c: taken and given back under the GIL, so a
+     * call holds it alone), and its size; freed by the module's clear */
+    void *attn_scratch;
+    size_t attn_scratch_bytes;
 } vt_module_state;
 
 extern PyModuleDef vt_module_def;
