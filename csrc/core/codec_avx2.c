@@ -2,6 +2,7 @@
  * attributes; tails (< 8 elements) go to the scalar codecs, so every
  * element is bit-identical to the scalar twin in codec_scalar.c. */
 #include <math.h>
+#include <string.h>
 
 #include "simd_avx2.h"
 
@@ -188,6 +189,47 @@ T static void fwht_rows(float *x, size_t n, size_t b) {
                     _mm256_storeu_ps(y + j + h, _mm256_sub_ps(lo, hi));
                 }
         for (size_t i = 0; i < b; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), norm));
+    }
+}
+
+/* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn), 8 lanes ---- */
+
+/* 8 codes from 4 bytes: each byte widened to a lane twice (codes j and j + 4), shifted, masked; the 16 levels are
+ * two 8-entry permutes, blended on the code's bit 3. */
+T static void levels4_rows(const uint8_t *src, size_t n, const float *levels, float *out) {
+    const __m256 L0 = _mm256_loadu_ps(levels), L1 = _mm256_loadu_ps(levels + 8);
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+    const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i m15 = _mm256_set1_epi32(15);
+    for (size_t w = 0; w < n / 8; w++) {
+        uint32_t b;
+        memcpy(&b, src + 4 * w, 4);
+        const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi32_si128((int)b));
+        const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(z, idx), sh), m15);
+        const __m256 top = _mm256_castsi256_ps(_mm256_slli_epi32(c, 28));
+        _mm256_storeu_ps(out + 8 * w, _mm256_blendv_ps(_mm256_permutevar8x32_ps(L0, c),
+                                                       _mm256_permutevar8x32_ps(L1, c), top));
+    }
+}
+
+/* 32 codes from 8 low-plane and 4 high-plane bytes: lane j of a 128-bit word gathers lo[j], lo[4 + j], hi[j]
+ * (bits 0-7, 8-15, 16-23), broadcast to both 128-bit lanes; each 8-lane group takes codes i = 2g, 2g + 1. */
+T static void levels3_rows(const uint8_t *lo, const uint8_t *hi, size_t n, const float *levels, float *out) {
+    const __m256 L = _mm256_loadu_ps(levels);
+    const __m128i gather = _mm_setr_epi8(0, 4, 8, -1, 1, 5, 9, -1, 2, 6, 10, -1, 3, 7, 11, -1);
+    const __m256i sl = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), sh = _mm256_setr_epi32(14, 14, 14, 14, 15, 15, 15, 15);
+    const __m256i m3 = _mm256_set1_epi32(3), m4 = _mm256_set1_epi32(4);
+    for (size_t w = 0; w < n / 32; w++) {
+        uint32_t h;
+        memcpy(&h, hi + 4 * w, 4);
+        const __m128i bytes = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(lo + 8 * w)), (int)h, 2);
+        const __m256i W = _mm256_broadcastsi128_si256(_mm_shuffle_epi8(bytes, gather));
+        for (int g = 0; g < 4; g++) {
+            const __m256i c =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(W, _mm256_add_epi32(sl, _mm256_set1_epi32(4 * g))), m3),
+                                _mm256_and_si256(_mm256_srlv_epi32(W, _mm256_add_epi32(sh, _mm256_set1_epi32(2 * g))), m4));
+            _mm256_storeu_ps(out + 32 * w + 8 * g, _mm256_permutevar8x32_ps(L, c));
+        }
     }
 }
 

@@ -3,6 +3,7 @@
  * is bit-identical to its scalar twin in codec_scalar.c; tests/c sweeps all
  * 2^32 float32 inputs and all codes to prove it. */
 #include <math.h>
+#include <string.h>
 
 #include "simd_avx512.h"
 
@@ -273,6 +274,48 @@ T static void fwht_rows(float *x, size_t n, size_t b) {
                     _mm512_storeu_ps(y + j + h, _mm512_sub_ps(lo, hi));
                 }
         for (size_t i = 0; i < b; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), norm));
+    }
+}
+
+/* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn), 16 lanes ---- */
+
+/* 16 codes from 8 bytes: each byte widened to a lane twice (codes j and j + 4 of a word), shifted, masked, then
+ * looked up by a 16-entry permute. */
+T static void levels4_rows(const uint8_t *src, size_t n, const float *levels, float *out) {
+    const __m512 L = _mm512_loadu_ps(levels);
+    const __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7);
+    const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i m15 = _mm512_set1_epi32(15);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i z = _mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + i / 2)));
+        const __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, z), sh), m15);
+        _mm512_storeu_ps(out + i, _mm512_permutexvar_ps(c, L));
+    }
+    if (i < n) vt_levels4_scalar(src + i / 2, n - i, levels, out + i);
+}
+
+/* 32 codes from 8 low-plane and 4 high-plane bytes: lane j of a 128-bit word gathers lo[j], lo[4 + j], hi[j]
+ * (bits 0-7, 8-15, 16-23), broadcast to the four 128-bit lanes; lane 4i + j shifts out code i's bits. */
+T static void levels3_rows(const uint8_t *lo, const uint8_t *hi, size_t n, const float *levels, float *out) {
+    const __m512 L = _mm512_zextps256_ps512(_mm256_loadu_ps(levels));
+    const __m128i gather = _mm_setr_epi8(0, 4, 8, -1, 1, 5, 9, -1, 2, 6, 10, -1, 3, 7, 11, -1);
+    const __m512i sl0 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i sl1 = _mm512_add_epi32(sl0, _mm512_set1_epi32(8));
+    const __m512i sh0 = _mm512_setr_epi32(14, 14, 14, 14, 15, 15, 15, 15, 16, 16, 16, 16, 17, 17, 17, 17);
+    const __m512i sh1 = _mm512_add_epi32(sh0, _mm512_set1_epi32(4));
+    const __m512i m3 = _mm512_set1_epi32(3), m4 = _mm512_set1_epi32(4);
+    for (size_t w = 0; w < n / 32; w++) {
+        uint32_t h;
+        memcpy(&h, hi + 4 * w, 4);
+        const __m128i bytes = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(lo + 8 * w)), (int)h, 2);
+        const __m512i W = _mm512_broadcast_i32x4(_mm_shuffle_epi8(bytes, gather));
+        const __m512i c0 = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(W, sl0), m3),
+                                           _mm512_and_si512(_mm512_srlv_epi32(W, sh0), m4));
+        const __m512i c1 = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(W, sl1), m3),
+                                           _mm512_and_si512(_mm512_srlv_epi32(W, sh1), m4));
+        _mm512_storeu_ps(out + 32 * w, _mm512_permutexvar_ps(c0, L));
+        _mm512_storeu_ps(out + 32 * w + 16, _mm512_permutexvar_ps(c1, L));
     }
 }
 

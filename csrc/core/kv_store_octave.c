@@ -199,51 +199,21 @@ static void oct_store(const vt_tq_cache *c, const vt_dtype_info *t, const float 
     oct_pack(codes, g.d, (int)g.vbits, slot + g.off_v);
 }
 
-/* The two decoders below run as plain scalar loops: GCC 12's -O3 vectorizes their table lookups into SSE2
- * lane extracts and inserts, measured 1.3x slower than the scalar loop (octave_k3v4 decode, 32K keys). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define OCT_SCALAR __attribute__((optimize("no-tree-vectorize")))
-#else
-#define OCT_SCALAR
-#endif
-
 /* Levels times a scale, once per level (the same single rounding as per element). */
 static void oct_levels(int bits, float s, float *l) {
     const float *lut = oct_lut(bits);
     for (int c = 0; c < 1 << bits; c++) l[c] = lut[c] * s;
 }
 
-/* n values (a multiple of 8) of 4-bit codes at src (oct_pack's words), each lut[code] * s, into out. */
-OCT_SCALAR static void oct_decode4(const uint8_t *src, int64_t n, float s, float *out) {
-    float l[16];
-    oct_levels(4, s, l);
-    for (int64_t w = 0; w < n / 8; w++)
-        for (int j = 0; j < 4; j++) {
-            const unsigned b = src[4 * w + j];
-            out[8 * w + j] = l[b & 15u];
-            out[8 * w + 4 + j] = l[b >> 4];
-        }
-}
-
-/* n values (a multiple of 32) of 3-bit codes, their 2-bit plane at lo and 1-bit plane at hi (oct_pack's words
- * from the first of the n dims on), each lut[code] * s, into out. Dim 32w + 4i + j: bits 2i of the 16 bits
- * byte j of words 2w and 2w + 1 make, bit i of byte j of high word w. */
-OCT_SCALAR static void oct_decode3(const uint8_t *lo, const uint8_t *hi, int64_t n, float s, float *out) {
-    float l[8];
-    oct_levels(3, s, l);
-    for (int64_t w = 0; w < n / 32; w++)
-        for (int j = 0; j < 4; j++) {
-            const unsigned b = lo[8 * w + j] | (unsigned)lo[8 * w + 4 + j] << 8, h = hi[4 * w + j];
-            for (int i = 0; i < 8; i++) out[32 * w + 4 * i + j] = l[(b >> (2 * i) & 3u) | (h >> i & 1u) << 2];
-        }
-}
-
 /* n values of `bits`-bit codes of a section (its planes start at src, section_n dims long), from its dim e on. */
 static void oct_decode(const uint8_t *src, int64_t section_n, int64_t e, int64_t n, int bits, float s, float *out) {
+    const vt_codec_kernels *ck = vt_kernels_active()->codec;
+    float l[16];
+    oct_levels(bits, s, l);
     if (bits == 4)
-        oct_decode4(src + e / 2, n, s, out);
+        ck->levels4(src + e / 2, (size_t)n, l, out);
     else
-        oct_decode3(src + e / 4, src + section_n / 4 + e / 8, n, s, out);
+        ck->levels3(src + e / 4, src + section_n / 4 + e / 8, (size_t)n, l, out);
 }
 
 /* K and V of a slot in their rotated bases (codes x scales, no rotation undone). */

@@ -401,6 +401,47 @@ static void test_fwht(void) {
         }
 }
 
+/* The level lookups (vt_levels4_row_fn, vt_levels3_row_fn) of every ISA and the twin against the codes read out
+ * of the packed bytes one by one, as codec.h states the layouts: random bytes, levels with distinct bit patterns
+ * (NaN payloads among them: a lookup copies bits), rows of 8 to 512 codes (4-bit: every multiple of 8, so the
+ * 16-lane kernel's half-vector tail too). */
+static void test_levels(void) {
+    enum { N = 512 };
+    static uint8_t src[N], hi[N / 8];
+    static float ref[N], got[N];
+    float levels[16];
+    uint32_t seed = 777u;
+    for (int i = 0; i < 16; i++) levels[i] = bits_f32(i % 5 == 4 ? 0x7FC00000u | (uint32_t)i : 0x3F800000u + (uint32_t)i * 4099u);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) src[i] = (uint8_t)((seed = seed * 1664525u + 1013904223u) >> 24);
+        for (int i = 0; i < N / 8; i++) hi[i] = (uint8_t)((seed = seed * 1664525u + 1013904223u) >> 24);
+        for (size_t n = 8; n <= N; n += 8) {
+            for (size_t d = 0; d < n; d++) { /* 4-bit: word d / 8, byte d % 4, nibble (d % 8) / 4 */
+                const unsigned b = src[4 * (d / 8) + d % 4];
+                ref[d] = levels[d % 8 < 4 ? b & 15u : b >> 4];
+            }
+            for (int k = 0; k < isa_count; k++) {
+                memset(got, 0xEE, sizeof got);
+                isa_kernels[k].levels4(src, n, levels, got);
+                CHECK(memcmp(got, ref, n * 4) == 0 && f32_bits(got[n % N]) == (n < N ? 0xEEEEEEEEu : f32_bits(got[0])),
+                      "levels4 ISA %d: n %zu", k, n);
+            }
+            if (n % 32) continue;
+            for (size_t d = 0; d < n; d++) { /* 3-bit: d = 32w + 4i + j */
+                const size_t w = d / 32, i = d % 32 / 4, j = d % 4;
+                const unsigned low = src[8 * w + 4 * (i / 4) + j] >> (2 * (i % 4)) & 3u, top = hi[4 * w + j] >> i & 1u;
+                ref[d] = levels[low | top << 2];
+            }
+            for (int k = 0; k < isa_count; k++) {
+                memset(got, 0xEE, sizeof got);
+                isa_kernels[k].levels3(src, hi, n, levels, got);
+                CHECK(memcmp(got, ref, n * 4) == 0 && f32_bits(got[n % N]) == (n < N ? 0xEEEEEEEEu : f32_bits(got[0])),
+                      "levels3 ISA %d: n %zu", k, n);
+            }
+        }
+    }
+}
+
 static void test_bulk_api(void) {
     vt_error err;
     float x[1000];
@@ -472,6 +513,7 @@ int main(int argc, char **argv) {
     test_stream_alignment();
     test_bulk_api();
     test_fwht();
+    test_levels();
     run_sweep(full);
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
     return failures ? 1 : 0;

@@ -66,12 +66,21 @@ typedef void (*vt_convert_row_fn)(const void *src, void *dst, size_t n);
  * (strides 1, 2, 4, ..: y[i] = a + c, y[i + h] = a - c in float32), then each element times
  * float32(1 / sqrt(block)): Octave's rotation (its sign flips aside). */
 typedef void (*vt_fwht_row_fn)(float *x, size_t n, size_t block);
+/* out[i] = levels[code i] for n codes (a multiple of 8) of 4 bits at src: per 8 codes a 4-byte word whose byte j
+ * holds code j (low nibble) and code j + 4 (high); levels has 16 entries. Octave's 4-bit packing. */
+typedef void (*vt_levels4_row_fn)(const uint8_t *src, size_t n, const float *levels, float *out);
+/* out[i] = levels[code i] for n codes (a multiple of 32) of 3 bits in two planes: code 32w + 4i + j has its low
+ * two bits at bits 2i..2i+1 of the 16 bits lo[8w + j] | lo[8w + 4 + j] << 8 and its high bit at bit i of
+ * hi[4w + j]; levels has 8 entries. Octave's 3-bit packing. */
+typedef void (*vt_levels3_row_fn)(const uint8_t *lo, const uint8_t *hi, size_t n, const float *levels, float *out);
 
 typedef struct vt_codec_kernels {
     vt_quant_row_fn quant[3][2];     /* [src dtype][fmt] */
     vt_dequant_row_fn dequant[2][3]; /* [fmt][dst dtype] */
     vt_convert_row_fn convert[3][3]; /* [src dtype][dst dtype] */
     vt_fwht_row_fn fwht;
+    vt_levels4_row_fn levels4;
+    vt_levels3_row_fn levels3;
 } vt_codec_kernels;
 
 /* Kernels of the active ISA. Never NULL. */
