@@ -233,6 +233,31 @@ T static void levels3_rows(const uint8_t *lo, const uint8_t *hi, size_t n, const
     }
 }
 
+/* 8 codes from 4 bytes (each byte widened to two lanes, the high nibble shifted down), looked up in the 16 levels
+ * times the group's scale (two 8-entry permutes, blended on bit 3; one product per level: the twin's rounding). */
+T static void nibbles_rows(const uint8_t *src, size_t n, const float *levels, const float *scales, size_t group,
+                           float *out) {
+    if (group % 8 || n % 8) {
+        vt_nibbles_scalar(src, n, levels, scales, group, out);
+        return;
+    }
+    const __m256i idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i sh = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i m15 = _mm256_set1_epi32(15);
+    for (size_t g = 0; g < n; g += group) {
+        const __m256 s = _mm256_set1_ps(scales[g / group]);
+        const __m256 L0 = _mm256_mul_ps(_mm256_loadu_ps(levels), s), L1 = _mm256_mul_ps(_mm256_loadu_ps(levels + 8), s);
+        for (size_t i = g, e = g + group < n ? g + group : n; i < e; i += 8) {
+            uint32_t b;
+            memcpy(&b, src + i / 2, 4);
+            const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi32_si128((int)b));
+            const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(z, idx), sh), m15);
+            const __m256 top = _mm256_castsi256_ps(_mm256_slli_epi32(c, 28));
+            _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(L0, c), _mm256_permutevar8x32_ps(L1, c), top));
+        }
+    }
+}
+
 const vt_codec_kernels vt_codec_avx2 = VT_CODEC_TABLE_INIT;
 
 #endif /* VT_X86 */

@@ -319,6 +319,28 @@ T static void levels3_rows(const uint8_t *lo, const uint8_t *hi, size_t n, const
     }
 }
 
+/* 16 codes from 8 bytes (each byte widened to two lanes, the high nibble shifted down), looked up in the 16
+ * levels times the group's scale (one product per level: the twin's single rounding). */
+T static void nibbles_rows(const uint8_t *src, size_t n, const float *levels, const float *scales, size_t group,
+                           float *out) {
+    if (group % 16 || n % 16) {
+        vt_nibbles_scalar(src, n, levels, scales, group, out);
+        return;
+    }
+    const __m512 L = _mm512_loadu_ps(levels);
+    const __m512i idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i m15 = _mm512_set1_epi32(15);
+    for (size_t g = 0; g < n; g += group) {
+        const __m512 Ls = _mm512_mul_ps(L, _mm512_set1_ps(scales[g / group]));
+        for (size_t i = g, e = g + group < n ? g + group : n; i < e; i += 16) {
+            const __m512i z = _mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + i / 2)));
+            const __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, z), sh), m15);
+            _mm512_storeu_ps(out + i, _mm512_permutexvar_ps(c, Ls));
+        }
+    }
+}
+
 const vt_codec_kernels vt_codec_avx512 = VT_CODEC_TABLE_INIT;
 
 #endif /* VT_X86 */

@@ -130,12 +130,13 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     const int64_t mse = (d * t->key_bits + 7) / 8;
     const int64_t vdb = (d * t->value_bits + 7) / 8;
     uint8_t q[TQ_MAX_D];
+    const float one = 1.0f; /* the lookups' scale: x * 1 is x */
     if (t->key_bits == 8) { /* the active ISA's e4m3 row decode at scale 1: vt_fp8_e4m3_to_f32 of each code */
         vt_kernels_active()->codec->dequant[0][vt_float_index(VT_DTYPE_F32)](slot, ko, (size_t)d, 1.0f);
     } else {
-        if (t->key_bits == 4 && d % 2 == 0) /* a byte's two codes looked up at once: unpack_row's codes */
-            for (int64_t j = 0; j < d / 2; j++) ko[2 * j] = c->centroids[slot[j] & 15u], ko[2 * j + 1] = c->centroids[slot[j] >> 4];
-        else {
+        if (t->key_bits == 4 && d % 2 == 0) { /* the ISA's lookup of a byte's two codes: unpack_row's codes */
+            vt_kernels_active()->codec->nibbles(slot, (size_t)d, c->centroids, &one, (size_t)d, ko);
+        } else {
             unpack_row(slot, mse, d, t->key_bits, q);
             for (int64_t j = 0; j < d; j++) ko[j] = c->centroids[q[j]];
         }
@@ -150,11 +151,10 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     }
     const uint8_t *vq = slot + key_part_bytes(t, d);
     const float scale = get_f16(vq + vdb), zero = get_f16(vq + vdb + 2);
-    if (t->value_bits == 4 && d % 2 == 0) { /* a byte's two codes decoded at once: unpack_row's codes */
-        for (int64_t j = 0; j < d / 2; j++) {
-            vo[2 * j] = (float)(vq[j] & 15u) * scale + zero;
-            vo[2 * j + 1] = (float)(vq[j] >> 4) * scale + zero;
-        }
+    if (t->value_bits == 4 && d % 2 == 0) { /* code x scale + zero per level, looked up by the ISA's kernel */
+        float levels[16];
+        for (int q4 = 0; q4 < 16; q4++) levels[q4] = (float)q4 * scale + zero;
+        vt_kernels_active()->codec->nibbles(vq, (size_t)d, levels, &one, (size_t)d, vo);
         return;
     }
     unpack_row(vq, vdb, d, t->value_bits, q);

@@ -86,17 +86,11 @@ static void uq_quantize_row(const float *x, int64_t d, uint8_t *dst) {
 }
 
 static void uq_dequant_row(const uint8_t *src, int64_t d, float *out) {
-    const uint8_t *scales = src + d / 2;
-    for (int64_t g = 0; g < d / UQ_GROUP; g++) {
-        /* 2^(byte - 127) is the float32 whose exponent field is the byte (255: inf); byte 0 reads 0 */
-        const float s = vt_bits_f32((uint32_t)scales[g] << 23);
-        const uint8_t *cg = src + g * (UQ_GROUP / 2);
-        float *o = out + g * UQ_GROUP;
-        for (int i = 0; i < UQ_GROUP / 2; i++) {
-            o[2 * i] = uq_value[cg[i] & 0xF] * s;
-            o[2 * i + 1] = uq_value[cg[i] >> 4] * s;
-        }
-    }
+    const uint8_t *bytes = src + d / 2;
+    float s[VT_SLOT_MAX_D / UQ_GROUP];
+    /* 2^(byte - 127) is the float32 whose exponent field is the byte (255: inf); byte 0 reads 0 */
+    for (int64_t g = 0; g < d / UQ_GROUP; g++) s[g] = vt_bits_f32((uint32_t)bytes[g] << 23);
+    vt_kernels_active()->codec->nibbles(src, (size_t)d, uq_value, s, UQ_GROUP, out);
 }
 
 static void uq_store(const vt_tq_cache *c, const vt_dtype_info *t, const float *k, const float *v, uint8_t *slot) {

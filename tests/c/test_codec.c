@@ -442,6 +442,39 @@ static void test_levels(void) {
     }
 }
 
+/* The nibble lookup (vt_nibbles_row_fn) of every ISA against the codes read one by one (code 2j the low nibble of
+ * byte j), each times its group's scale: groups of 8 to 64 and whole rows, scales with zero, a power of two, an
+ * infinity and a NaN among them; a NaN compares only as a NaN (which operand's payload a product passes on is
+ * the compiler's choice). */
+static void test_nibbles(void) {
+    enum { N = 512 };
+    static uint8_t src[N / 2];
+    static float ref[N], got[N], scales[N];
+    float levels[16];
+    uint32_t seed = 4242u;
+    for (int i = 0; i < 16; i++) levels[i] = (float)(i * i) * 0.37f - 20.0f;
+    levels[5] = -0.0f;
+    for (int i = 0; i < N; i++) scales[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / 65536.0f - 128.0f;
+    scales[1] = 0.0f, scales[2] = 0.125f, scales[3] = INFINITY, scales[4] = NAN;
+    for (int i = 0; i < N / 2; i++) src[i] = (uint8_t)((seed = seed * 1664525u + 1013904223u) >> 24);
+    static const size_t groups[] = {8, 16, 24, 32, 64, 0};
+    for (size_t n = 2; n <= N; n += n < 64 ? 2 : 48) {
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+            const size_t group = groups[gi] ? groups[gi] : n;
+            for (size_t i = 0; i < n; i++) ref[i] = levels[i % 2 ? src[i / 2] >> 4 : src[i / 2] & 15u] * scales[i / group];
+            for (int k = 0; k < isa_count; k++) {
+                memset(got, 0xEE, sizeof got);
+                isa_kernels[k].nibbles(src, n, levels, scales, group, got);
+                size_t bad = n;
+                for (size_t i = 0; i < n && bad == n; i++)
+                    if (f32_bits(got[i]) != f32_bits(ref[i]) && !(got[i] != got[i] && ref[i] != ref[i])) bad = i;
+                CHECK(bad == n && (n == N || f32_bits(got[n]) == 0xEEEEEEEEu), "nibbles ISA %d: n %zu, group %zu, element %zu",
+                      k, n, group, bad);
+            }
+        }
+    }
+}
+
 static void test_bulk_api(void) {
     vt_error err;
     float x[1000];
@@ -514,6 +547,7 @@ int main(int argc, char **argv) {
     test_bulk_api();
     test_fwht();
     test_levels();
+    test_nibbles();
     run_sweep(full);
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
     return failures ? 1 : 0;
