@@ -105,9 +105,9 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             int64_t qi = r / G;
             if (j < lo[qi] || j >= hi[qi]) continue;
             const float *qr = qf + r * D;
-            float s = 0.0f;
-            for (int d = 0; d < D; d++) s += qr[d] * kf[d];
-            s *= key_mul;
+            double dot = 0.0; /* the products exact, the sum in double: no D-long float32 chain */
+            for (int d = 0; d < D; d++) dot += (double)qr[d] * (double)kf[d];
+            float s = (float)dot * key_mul;
             if (cap > 0.0f) s = cap * tanhf(s / cap);
             if (p->alibi_slopes) {
                 int64_t dist = j - (base + it->q0 + qi);
