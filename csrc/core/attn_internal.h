@@ -50,7 +50,7 @@ static inline float vt_attn_logit_mul(const vt_attn_params *p, int b, int g) {
 
 /* Floats of per-thread work any tile kernel may use for `rows` rows. */
 static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
-    size_t dp = (head_size + 31) & ~(size_t)31; /* head_size padded to 32 */
+    size_t dp = (head_size + 63) & ~(size_t)63; /* head_size padded to 64 (the VBMI fp8 tile's unit) */
     return 2 * rows * dp + rows * 320 + 17 * dp + 256;
 }
 
@@ -141,6 +141,10 @@ extern const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT];
 extern const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT];
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
+/* The same tile's fp8 instances (e4m3fn, e5m2 and the formats that decode as they do) on a CPU with
+ * AVX512-VBMI: 64 codes per decode by byte lookups; the AVX-512 table's fp8 entries there (cpu.c). */
+void vt_attn_tile_avx512vbmi(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
+                             float *acc);
 /* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile where vt_attn_bf16dot_applies,
  * otherwise the plain AVX-512 table's tile for the format (vt_attn_tile_avx512, or the AVX2 instance of a
  * per-token-head format). */

@@ -13,6 +13,9 @@
 #define VT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define VT_TARGET_AVX512 \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+/* AVX-512 plus AVX512-VBMI's byte permutes (vpermi2b): the fp8 attention tile's decode only. */
+#define VT_TARGET_AVX512VBMI \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
 /* AVX-512 plus the AVX512-BF16 pair dot product (vdpbf16ps): the grouped-row attention tile only. */
 #define VT_TARGET_AVX512BF16 \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))

@@ -1,0 +1,383 @@
+/* The AVX-512 attention tile, a template: included once per instance file with
+ * T (the functions' target attribute), VT_TILE_VBMI (1: fp8 codes decode by
+ * byte lookups, which need AVX512-VBMI) and VT_TILE_ENTRY (the exported tile's
+ * name) defined: attn_avx512.c (F+BW+VL+DQ, every dtype) and attn_avx512vbmi.c
+ * (the same plus VBMI, the fp8 dtypes only; cpu.c puts it in the AVX-512
+ * table where the CPU has VBMI).
+ *
+ * Keys are taken in blocks of 16. Each K row is decoded in registers, 32
+ * elements at a time, and multiplied into one accumulator per row of the
+ * tile (all heads of the KV-head group, all queries of the tile), so every
+ * K byte is read once per group; the 16 per-key partial vectors of a row
+ * are then folded into one vector of 16 logits by a transpose-reduce
+ * (4 levels of permute + add), and the online softmax runs on those 16
+ * logits at once (vector exp/tanh, cephes-style polynomials).
+ *
+ * Decoding keeps every value exact: bf16 splits a 32-bit lane into its
+ * even element (x << 16) and odd element (x & 0xffff0000), so a 32-element
+ * chunk becomes two vectors (evens, odds); fp8 codes map through a 128-entry
+ * magnitude -> bf16 table (every e4m3fn/e5m2 value, subnormals, inf and NaN
+ * included, is a bf16 value) held in four registers (vpermt2w), then take
+ * the bf16 path. With VBMI, fp8 decodes 64 codes at a time instead: the
+ * same table as two 128-entry byte tables (low and high byte of each bf16
+ * value) looked up by vpermi2b (which reads the code's low 7 bits, its
+ * magnitude), the sign ORed into the high bytes, the bytes interleaved into
+ * bf16 (unpack within 128-bit lanes) and split into float32: 9 vector ops
+ * per 64 codes against 18. The query rows and the accumulators are kept in that same
+ * permuted order (q permuted once per tile, the accumulator un-permuted
+ * once at the end), so no shuffle is spent on the data order. V rows are
+ * decoded once per block into an L1 buffer; P V keeps a row's accumulator
+ * in registers. The next block's K/V rows are prefetched. */
+#include "attn_avx512.h"
+
+#if VT_X86
+
+#define AI __attribute__((always_inline)) inline
+#define VT_PRAGMA(x) _Pragma(#x)
+#define VT_UNROLL VT_PRAGMA(GCC unroll 16)
+#define KB 16
+#define CH 32 /* elements decoded per chunk: two vectors */
+#define VEC __m512
+#define VW 16
+#define PV_MAXV 16
+#define VLOAD _mm512_loadu_ps
+#define VSTORE _mm512_storeu_ps
+#define VMUL _mm512_mul_ps
+#define VFMA _mm512_fmadd_ps
+#define VSET1 _mm512_set1_ps
+#include "attn_vec.h"
+
+/* CALL(n) with n the constant equal to N in 1..8 (8 for anything larger): the count a loop unrolls by. */
+#define CONST_1_TO_8(N, CALL)                                                                                        \
+    switch (N) {                                                                                                     \
+    case 1: CALL(1); break;                                                                                          \
+    case 2: CALL(2); break;                                                                                          \
+    case 3: CALL(3); break;                                                                                          \
+    case 4: CALL(4); break;                                                                                          \
+    case 5: CALL(5); break;                                                                                          \
+    case 6: CALL(6); break;                                                                                          \
+    case 7: CALL(7); break;                                                                                          \
+    default: CALL(8); break;                                                                                         \
+    }
+
+/* fp8's decode tables: the 16-bit one (simd_avx512.h, shared with the codec) and, with VBMI, the
+ * same values as byte tables: lo0 / lo1 the low bytes of entries 0-63 / 64-127, hi0 / hi1 the high. */
+typedef struct fp8tab {
+    vt512_fp8tab w;
+    __m512i lo0, lo1, hi0, hi1;
+} fp8tab;
+
+/* 1 where dt's codes decode 64 at a time by byte lookups: the VBMI instance, which holds the fp8 tiles only. */
+#define VB(dt) ((void)(dt), VT_TILE_VBMI)
+
+/* Elements of a decode unit: the chunk (32) or, for byte lookups, 64. */
+#define UNIT(dt) (VB(dt) ? 64 : CH)
+
+T static AI fp8tab fp8_tables(vt_dtype dt) {
+    fp8tab tb;
+    tb.w = vt512_fp8_table(dt);
+    tb.lo0 = tb.lo1 = tb.hi0 = tb.hi1 = _mm512_setzero_si512();
+#if VT_TILE_VBMI
+    if (VB(dt)) {
+#define BYTES(a, b) _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)), _mm512_cvtepi16_epi8(b), 1)
+        tb.lo0 = BYTES(tb.w.t0, tb.w.t1);
+        tb.lo1 = BYTES(tb.w.t2, tb.w.t3);
+        tb.hi0 = BYTES(_mm512_srli_epi16(tb.w.t0, 8), _mm512_srli_epi16(tb.w.t1, 8));
+        tb.hi1 = BYTES(_mm512_srli_epi16(tb.w.t2, 8), _mm512_srli_epi16(tb.w.t3, 8));
+#undef BYTES
+    }
+#endif
+    return tb;
+}
+
+/* Position, within its decode unit (UNIT(dt) elements), that element e of the unit takes after
+ * decoding: bf16 and fp8 split evens (lanes 0-15) from odds (16-31); float32 and float16 keep
+ * their order; fp8 by byte lookups (dec64): code e sits in 128-bit lane k = e / 16 at byte
+ * i = e % 16, its bf16 in the low (i < 8) or high unpack at 16-bit lane 8 k + i % 8, whose
+ * parity picks the even or odd vector of that unpack's split. */
+static inline int chunk_pos(vt_dtype dt, int e) {
+    if (VB(dt)) {
+        const int k = e >> 4, i = e & 15;
+        return ((i >> 3) * 2 + (i & 1)) * 16 + ((8 * k + (i & 7)) >> 1);
+    }
+    if (dt == VT_DTYPE_F32 || dt == VT_DTYPE_F16) return e;
+    return (e & 1) * 16 + (e >> 1);
+}
+
+/* Bytes of the c-th 64-code unit of a D-code row that hold codes. */
+static inline __mmask64 unit_mask64(int D, int c) {
+    int left = D - c * 64;
+    return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+}
+
+#if VT_TILE_VBMI
+/* Decode the 64 fp8 codes at src (bytes outside m read as code 0, i.e. +0) into four float32
+ * vectors, exactly, in chunk_pos order: vpermi2b looks the low and the high byte of each code's
+ * bf16 value up by its low 7 bits (the magnitude; bit 7 is not an index bit), the code's sign
+ * goes to the high byte's bit 7, and the two byte vectors interleave into bf16. */
+T static AI void dec64(const uint8_t *src, __mmask64 m, const fp8tab *tb, __m512 v[4]) {
+    const __m512i c = _mm512_maskz_loadu_epi8(m, src);
+    const __m512i lo = _mm512_permutex2var_epi8(tb->lo0, c, tb->lo1);
+    __m512i hi = _mm512_permutex2var_epi8(tb->hi0, c, tb->hi1);
+    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xF8); /* hi | (c & 0x80) */
+    vt512_bf16_split(_mm512_unpacklo_epi8(lo, hi), &v[0], &v[1]);
+    vt512_bf16_split(_mm512_unpackhi_epi8(lo, hi), &v[2], &v[3]);
+}
+#endif
+
+/* Decode the 32-element chunk at src (elements past `m` read as 0) into
+ * two float32 vectors, exactly, in chunk_pos order. */
+T static AI void dec32(vt_dtype dt, const uint8_t *src, __mmask32 m, const fp8tab *tb, __m512 *a, __m512 *b) {
+    __m512i x;
+    if (dt == VT_DTYPE_F32) {
+        *a = _mm512_maskz_loadu_ps((__mmask16)m, src);
+        *b = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), src + 64);
+        return;
+    }
+    if (dt == VT_DTYPE_F16) {
+        x = _mm512_maskz_loadu_epi16(m, src);
+        *a = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
+        *b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
+        return;
+    }
+    if (dt == VT_DTYPE_BF16) x = _mm512_maskz_loadu_epi16(m, src);
+    else x = vt512_fp8_to_bf16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src)), &tb->w);
+    vt512_bf16_split(x, a, b);
+}
+
+/* Partial dot products of R rows (R a constant after inlining) with the nk
+ * keys at kp[]: S[(r * 16 + jj) * 16 ...] = 16 lane partials of q_r . K_jj. */
+T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
+                         const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
+    const int NC = Dp / UNIT(dt);
+    for (int jj = 0; jj < nk; jj++) {
+        if (jj < nq)
+            for (int o = 0; o < D * esz; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
+        __m512 s0[8], s1[8];
+        VT_UNROLL
+        for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
+#if VT_TILE_VBMI
+        for (int c = 0; c < NC; c++) {
+            __m512 k[4];
+            dec64(kp[jj] + (size_t)c * 64, unit_mask64(D, c), tb, k);
+            VT_UNROLL
+            for (int r = 0; r < R; r++) {
+                const float *qc = qp + r * Dp + c * 64;
+                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc), k[0], s0[r]);
+                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16), k[1], s1[r]);
+                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 32), k[2], s0[r]);
+                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 48), k[3], s1[r]);
+            }
+        }
+#else
+        for (int c = 0; c < NC; c++) {
+            __m512 ka, kb;
+            dec32(dt, kp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &ka, &kb);
+            VT_UNROLL
+            for (int r = 0; r < R; r++) {
+                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
+                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH + 16), kb, s1[r]);
+            }
+        }
+#endif
+        VT_UNROLL
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(S + (r * KB + jj) * 16, _mm512_add_ps(s0[r], s1[r]));
+    }
+}
+
+T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
+                       const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
+#define QK_ROWS(n) qk_rows(n, dt, tb, qp, Dp, D, esz, kp, nk, kq, nq, S)
+    CONST_1_TO_8(R, QK_ROWS);
+#undef QK_ROWS
+}
+
+/* One row, V decoded straight into the FMAs (no L1 buffer): for a group
+ * of one row (GQA 1 decode) the buffer's store and reload would cost more
+ * than the P V product itself. NC2 (constant after inlining) is the number
+ * of decode units, <= 16 / (UNIT(dt) / 16). */
+T static AI void pv_direct(const int NC2, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
+                           const uint8_t *const *vp, int D, int esz, int nk) {
+    __m512 a[16];
+    const __m512 al = _mm512_set1_ps(alpha);
+    VT_UNROLL
+    for (int v = 0; v < NC2 * UNIT(dt) / 16; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
+    for (int jj = 0; jj < nk; jj++) {
+        if (P[jj] == 0.0f) continue;
+        __m512 pb = _mm512_set1_ps(P[jj]);
+#if VT_TILE_VBMI /* fp8 instances only: 1-byte codes */
+        (void)esz;
+        VT_UNROLL
+        for (int c = 0; c < NC2; c++) {
+            __m512 v[4];
+            dec64(vp[jj] + (size_t)c * 64, unit_mask64(D, c), tb, v);
+            VT_UNROLL
+            for (int i = 0; i < 4; i++) a[4 * c + i] = _mm512_fmadd_ps(pb, v[i], a[4 * c + i]);
+        }
+#else
+        VT_UNROLL
+        for (int c = 0; c < NC2; c++) {
+            __m512 va, vb;
+            dec32(dt, vp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &va, &vb);
+            a[2 * c] = _mm512_fmadd_ps(pb, va, a[2 * c]);
+            a[2 * c + 1] = _mm512_fmadd_ps(pb, vb, a[2 * c + 1]);
+        }
+#endif
+    }
+    VT_UNROLL
+    for (int v = 0; v < NC2 * UNIT(dt) / 16; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
+}
+
+T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
+                            const uint8_t *const *vp, int D, int esz, int nk) {
+#define PV_DIRECT(n) pv_direct(n, dt, tb, acc, alpha, P, vp, D, esz, nk)
+#if VT_TILE_VBMI /* 64-element units: at most 4 */
+    switch (NC) {
+    case 1: PV_DIRECT(1); break;
+    case 2: PV_DIRECT(2); break;
+    case 3: PV_DIRECT(3); break;
+    default: PV_DIRECT(4); break;
+    }
+#else
+    CONST_1_TO_8(NC, PV_DIRECT);
+#endif
+#undef PV_DIRECT
+}
+
+/* The tile of one format and head size: dt (the codes' decoder) and DC (the head size; 0: p->head_size) are
+ * constants in each instance below, so the decode branches of dec32 / qk_group / pv_row_direct fold away and
+ * the chunk loops unroll with constant masks. The per-token-head formats are read by the AVX2 instances on
+ * AVX-512 (cpu.c): this tile takes the plain and per-tensor fp8 formats. */
+T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, const vt_attn_item *it, float *work,
+                      float *m, float *l, float *acc) {
+    const int D = DC ? DC : (int)p->head_size, G = p->num_heads / p->num_kv_heads;
+    const int U = UNIT(dt), Dp = (D + U - 1) / U * U; /* <= D padded to 64: vt_attn_work_floats */
+    const int rg = (int)(it->nq * G); /* rows per group */
+    const int rows = rg * it->ng;
+    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
+    float *qp = work;                    /* rows * Dp, permuted */
+    float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
+    float *S = ap + (size_t)rows * Dp;   /* rg * 16 * 16 partial dots (one group at a time) */
+    float *P = S + (size_t)rg * KB * 16; /* rg * 16 weights */
+    float *vbuf = P + (size_t)rg * KB;   /* KB * Dp decoded V rows */
+    float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
+    float *alpha = tmp + Dp;             /* rg */
+    const fp8tab tb = fp8_tables(dt);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *src = vt_attn_q_row(p, it, r, rg, G);
+        vt_attn_load_q(p, src, tmp, D);
+        float *qr = qp + (size_t)r * Dp;
+        memset(qr, 0, (size_t)Dp * 4);
+        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
+        for (int d = 0; d < D; d++) qr[(d / U) * U + chunk_pos(dt, d % U)] = tmp[d];
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
+    const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
+    const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    const int NC = Dp / U;
+    int64_t ko[KB], vo[KB], kpf[KB], vpf[KB];
+    const uint8_t *kp[KB], *vp[KB], *kq[KB];
+    const int pf_per_key = esz >= 2;
+    for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
+        int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
+        /* block j0 + PF_BLOCKS is prefetched one head at a time, spread through this block's work on that head:
+         * 2- and 4-byte rows (whose read is memory-bound) a K row beside each key's logit and the V rows before
+         * the softmax; fp8 rows (whose read is bound by the decode) both at the head's start, out of the
+         * decode loop (measured: speed.md, Results) */
+        int64_t jp = j0 + PF_BLOCKS * KB;
+        int npf = 0;
+        if (jp < it->ke) {
+            npf = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
+            vt_attn_key_offsets(p, it, jp, npf, kpf, vpf);
+        }
+        vt_attn_key_offsets(p, it, j0, nk, ko, vo);
+        const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
+        for (int gi = 0; gi < it->ng; gi++) {
+            const int g = it->g + gi;
+            const uint8_t *kb = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head;
+            const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
+            for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
+            for (int jj = 0; jj < npf; jj++) kq[jj] = kb + kpf[jj];
+            if (!pf_per_key) vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, D * esz, 1);
+            float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
+            float *mg = m + gi * rg, *lg = l + gi * rg;
+            const __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            vt512_row_step st = {.mul = mul, .cap = cap, .inv_cap = inv_cap, .j0 = j0, .valid = valid};
+            /* logits: K decoded once per 8 rows */
+            for (int r0 = 0; r0 < rg; r0 += 8) {
+                int R = rg - r0 < 8 ? rg - r0 : 8;
+                qk_group(R, dt, &tb, qg + (size_t)r0 * Dp, Dp, D, esz, kp, nk, kq, pf_per_key && !r0 ? npf : 0,
+                         S + (size_t)r0 * KB * 16);
+            }
+            if (nk < KB)
+                for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 16, 0, (size_t)(KB - nk) * 64);
+            const int direct = rg == 1 && NC * U <= 256; /* see pv_direct */
+#if VT_TILE_VBMI
+            for (int jj = 0; jj < nk && !direct; jj++)
+                for (int c = 0; c < NC; c++) {
+                    __m512 v[4];
+                    dec64(vp[jj] + (size_t)c * 64, unit_mask64(D, c), &tb, v);
+                    for (int i = 0; i < 4; i++) _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * 64 + 16 * i, v[i]);
+                }
+#else
+            for (int jj = 0; jj < nk && !direct; jj++)
+                for (int c = 0; c < NC; c++) {
+                    __m512 va, vb2;
+                    dec32(dt, vp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), &tb, &va, &vb2);
+                    _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
+                    _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
+                }
+#endif
+            if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, D * esz);
+            vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
+                                base + it->q0, S, P, mg, lg, alpha);
+            for (int r = 0; r < rg; r++) {
+                const float *pr = P + (size_t)r * KB;
+                if (alpha[r] == 1.0f &&
+                    _mm512_cmp_ps_mask(_mm512_loadu_ps(pr), _mm512_setzero_ps(), _CMP_NEQ_UQ) == 0)
+                    continue;
+                if (direct) pv_row_direct(NC, dt, &tb, ag, alpha[r], pr, vp, D, esz, nk);
+                else pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / U) * U + chunk_pos(dt, d % U)];
+}
+
+#define VT_AVX512_TILE(name, dt)                                                                             \
+    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
+                       float *acc) {                                                                             \
+        switch (p->head_size) {                                                                                  \
+        case 64: tile(dt, 64, p, it, work, m, l, acc); break;                                                    \
+        case 128: tile(dt, 128, p, it, work, m, l, acc); break;                                                  \
+        case 256: tile(dt, 256, p, it, work, m, l, acc); break;                                                  \
+        default: tile(dt, 0, p, it, work, m, l, acc); break;                                                     \
+        }                                                                                                        \
+    }
+#if !VT_TILE_VBMI
+VT_AVX512_TILE(tile_f32, VT_DTYPE_F32)
+VT_AVX512_TILE(tile_f16, VT_DTYPE_F16)
+VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16)
+#endif
+VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3)
+VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2)
+
+/* The element formats' family tile on AVX-512: the instance of p's format (its decoder), chosen once per item.
+ * Only the plain and per-tensor fp8 formats reach it (cpu.c gives the per-token-head ones the AVX2 instances);
+ * the VBMI instance is put in the table for the fp8 formats only. */
+T void VT_TILE_ENTRY(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l, float *acc) {
+    switch (p->kv_dtype) {
+#if !VT_TILE_VBMI
+    case VT_DTYPE_F32: tile_f32(p, it, work, m, l, acc); break;
+    case VT_DTYPE_F16: tile_f16(p, it, work, m, l, acc); break;
+    case VT_DTYPE_BF16: tile_bf16(p, it, work, m, l, acc); break;
+#endif
+    case VT_DTYPE_FP8_E5M2: tile_e5m2(p, it, work, m, l, acc); break;
+    default: tile_e4m3(p, it, work, m, l, acc); break;
+    }
+}
+
+#endif /* VT_X86 */
