@@ -279,7 +279,7 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
     const int NC = Dp / U;
     int64_t ko[KB], vo[KB], kpf[KB], vpf[KB];
     const uint8_t *kp[KB], *vp[KB], *kq[KB];
-    const int pf_per_key = esz >= 2;
+    const int pf_per_key = esz >= 2 || VT_TILE_VBMI;
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
         /* block j0 + PF_BLOCKS is prefetched one head at a time, spread through this block's work on that head:

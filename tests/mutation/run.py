@@ -50,7 +50,7 @@ tests skip there, as on a machine without nvcc.
 ISAs: a mutant in code this CPU cannot execute (the AVX512-BF16 tile on an
 AVX2-only CPU) can neither be killed nor survive here: it is reported
 ``not run here: needs <ISA>`` and counts as neither.  What a mutant needs is
-``needs = "avx2" | "avx512" | "avx512bf16"`` when its entry says so, else
+``needs = "avx2" | "avx512" | "avx512bf16" | "avx512vbmi"`` when its entry says so, else
 derived from the files it edits (attn_avx512bf16.c and its scalar twin
 attn_bf16dot_ref.c: avx512bf16; a name with avx512: avx512; with avx2: avx2)
 and from its find text (AVX-512 / AVX2 intrinsics), the highest of these;
@@ -58,6 +58,10 @@ anything else runs on any CPU.  What this CPU runs is read from
 /proc/cpuinfo's flags (AVX2 = avx2+fma+f16c; AVX-512 = avx512f/bw/vl/dq;
 avx512_bf16), lowered by ``VTINFER_ISA`` (scalar / avx2; avx512 keeps the
 BF16 tile, as the kernels do) and by ``--isa`` (to pretend a lower CPU).
+AVX512-VBMI (the AVX-512 fp8 tile's byte-lookup instances) is no step of
+that order (CPUs have it without BF16 and BF16 without it): a mutant that
+needs "avx512vbmi" runs where the level is avx512 or higher and the flags
+hold avx512_vbmi.
 
 The vLLM plugin: a mutant with ``vllm = true`` (implied by an
 edit under vtinfer/vllm/) names tests that import vLLM, which skip where it
@@ -91,6 +95,7 @@ WORK = Path(os.environ.get("VTMUT_DIR", "/tmp/vtmut"))
 
 
 ISA_LEVELS = ("scalar", "avx2", "avx512", "avx512bf16")
+VBMI = "avx512vbmi"  # beside the levels: see the module docstring
 
 
 def file_isa(path: str) -> str:
@@ -148,7 +153,19 @@ def machine_level(cpuinfo: str = "/proc/cpuinfo", vtinfer_isa: str | None = None
     return level
 
 
-def runs_here(needs: str, level: str) -> bool:
+def machine_vbmi(level: str, cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this machine, at ``level`` (machine_level), runs the AVX512-VBMI kernels."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return ISA_LEVELS.index(level) >= ISA_LEVELS.index("avx512") and "avx512_vbmi" in line.split(":", 1)[-1].split()
+
+
+def runs_here(needs: str, level: str, vbmi: bool = False) -> bool:
+    if needs == VBMI:
+        return vbmi and ISA_LEVELS.index(level) >= ISA_LEVELS.index("avx512")
     return ISA_LEVELS.index(needs) <= ISA_LEVELS.index(level)
 
 
@@ -175,8 +192,9 @@ def load(path: Path) -> list[dict]:
         for e in edits:
             if e["find"] == e["replace"]:
                 raise SystemExit(f"mutations.toml: {m['name']}: find == replace")
-        if "needs" in m and m["needs"] not in ISA_LEVELS[1:]:
-            raise SystemExit(f"mutations.toml: {m['name']}: needs must be one of {ISA_LEVELS[1:]}; got {m['needs']!r}")
+        if "needs" in m and m["needs"] not in ISA_LEVELS[1:] + (VBMI,):
+            raise SystemExit(f"mutations.toml: {m['name']}: needs must be one of {ISA_LEVELS[1:] + (VBMI,)}; "
+                             f"got {m['needs']!r}")
         m["edits"] = edits
     return muts
 
@@ -479,17 +497,18 @@ def main(argv: list[str]) -> int:
     elif args.fast:
         muts = [m for m in muts if m.get("fast")]
     level = machine_level(vtinfer_isa=os.environ.get("VTINFER_ISA"), cap=args.isa)
+    vbmi = machine_vbmi(level)
     for m in muts:
         m["needs_isa"] = needs_of(m)
     if args.list:
         print(f"this CPU runs: {level}")
         for m in muts:
-            where = "" if runs_here(m["needs_isa"], level) else f" (not run here: needs {m['needs_isa']})"
+            where = "" if runs_here(m["needs_isa"], level, vbmi) else f" (not run here: needs {m['needs_isa']})"
             print(f"{m['name']:40s} {'fast' if m.get('fast') else '    '} {m['needs_isa']:10s} "
                   f"{', '.join(e['file'] for e in m['edits'])}{where}")
         return 0
-    not_here = [m for m in muts if not runs_here(m["needs_isa"], level)]
-    muts = [m for m in muts if runs_here(m["needs_isa"], level)]
+    not_here = [m for m in muts if not runs_here(m["needs_isa"], level, vbmi)]
+    muts = [m for m in muts if runs_here(m["needs_isa"], level, vbmi)]
     for m in not_here:
         print(f"{m['name']}: not run here: needs {m['needs_isa']} (this CPU runs {level})", flush=True)
 
