@@ -61,7 +61,7 @@ BF16 tile, as the kernels do) and by ``--isa`` (to pretend a lower CPU).
 AVX512-VBMI (the AVX-512 fp8 tile's byte-lookup instances) is no step of
 that order (CPUs have it without BF16 and BF16 without it): a mutant that
 needs "avx512vbmi" runs where the level is avx512 or higher and the flags
-hold avx512_vbmi.
+hold avx512vbmi (the kernel's name for the flag).
 
 The vLLM plugin: a mutant with ``vllm = true`` (implied by an
 edit under vtinfer/vllm/) names tests that import vLLM, which skip where it
@@ -160,7 +160,7 @@ def machine_vbmi(level: str, cpuinfo: str = "/proc/cpuinfo") -> bool:
     except OSError:
         text = ""
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return ISA_LEVELS.index(level) >= ISA_LEVELS.index("avx512") and "avx512_vbmi" in line.split(":", 1)[-1].split()
+    return ISA_LEVELS.index(level) >= ISA_LEVELS.index("avx512") and "avx512vbmi" in line.split(":", 1)[-1].split()
 
 
 def runs_here(needs: str, level: str, vbmi: bool = False) -> bool:

@@ -99,8 +99,8 @@ def test_what_this_cpu_runs_comes_from_its_flags_lowered_by_vtinfer_isa_and_the_
     assert runner.runs_here("avx512bf16", "avx512bf16") and not runner.runs_here("avx512bf16", "avx512")
     assert runner.runs_here("avx512vbmi", "avx512", True) and not runner.runs_here("avx512vbmi", "avx512bf16", False)
     assert not runner.runs_here("avx512vbmi", "avx2", True)  # VTINFER_ISA=avx2 runs no AVX-512 kernel
-    assert runner.machine_vbmi("avx512", cpu(full + " avx512_vbmi")) and not runner.machine_vbmi("avx512", cpu(full))
-    assert not runner.machine_vbmi("avx2", cpu(full + " avx512_vbmi"))
+    assert runner.machine_vbmi("avx512", cpu(full + " avx512vbmi")) and not runner.machine_vbmi("avx512", cpu(full))
+    assert not runner.machine_vbmi("avx2", cpu(full + " avx512vbmi"))
 
 
 def _bf16_toml(runner, tmp_path) -> Path:
