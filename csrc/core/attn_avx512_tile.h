@@ -244,11 +244,13 @@ T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc
 #undef PV_DIRECT
 }
 
-/* The tile of one format and head size: dt (the codes' decoder) and DC (the head size; 0: p->head_size) are
- * constants in each instance below, so the decode branches of dec32 / qk_group / pv_row_direct fold away and
- * the chunk loops unroll with constant masks. The per-token-head formats are read by the AVX2 instances on
- * AVX-512 (cpu.c): this tile takes the plain and per-tensor fp8 formats. */
-T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, const vt_attn_item *it, float *work,
+/* The tile of one format and head size: dt (the codes' decoder), pth (per-token-head scales: key j's K scale
+ * multiplies its logit multiplier, rounded to float32 first, and its V scale its weight after l has summed the
+ * weights, as in the AVX2 tile and the scalar twin) and DC (the head size; 0: p->head_size) are constants in
+ * each instance below, so the decode branches of dec32 / qk_group / pv_row_direct fold away and the chunk
+ * loops unroll with constant masks. The plain instance reads no per-token-head format (cpu.c gives them the
+ * AVX2 instances there); the VBMI instance reads fp8_per_token_head. */
+T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it, float *work,
                       float *m, float *l, float *acc) {
     const int D = DC ? DC : (int)p->head_size, G = p->num_heads / p->num_kv_heads;
     const int U = UNIT(dt), Dp = (D + U - 1) / U * U; /* <= D padded to 64: vt_attn_work_floats */
@@ -277,7 +279,8 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     const int NC = Dp / U;
-    int64_t ko[KB], vo[KB], kpf[KB], vpf[KB];
+    int64_t ko[KB], vo[KB], kpf[KB], vpf[KB], kso[KB], vso[KB];
+    float kscale[KB], vscale[KB]; /* per-token-head caches (pth): key j's K and V scales */
     const uint8_t *kp[KB], *vp[KB], *kq[KB];
     const int pf_per_key = esz >= 2 || VT_TILE_VBMI;
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
@@ -291,8 +294,13 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
         if (jp < it->ke) {
             npf = it->ke - jp < KB ? (int)(it->ke - jp) : KB;
             vt_attn_key_offsets(p, it, jp, npf, kpf, vpf);
+            if (pth) { /* one line holds a token's scales of every head */
+                vt_attn_scale_offsets(p, it->b, jp, npf, kso, vso);
+                vt512_prefetch_scales(p, it->g, 1, kso, vso, npf);
+            }
         }
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
+        if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __mmask16 valid = (__mmask16)((1u << nk) - 1u);
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
@@ -303,7 +311,11 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
             if (!pf_per_key) vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, D * esz, 1);
             float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
             float *mg = m + gi * rg, *lg = l + gi * rg;
-            const __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
+            if (pth) { /* key j's K scale on its logit multiplier (rounded to float32 first), V scale on its weight */
+                vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
+                mul = _mm512_mul_ps(mul, _mm512_loadu_ps(kscale));
+            }
             vt512_row_step st = {.mul = mul, .cap = cap, .inv_cap = inv_cap, .j0 = j0, .valid = valid};
             /* logits: K decoded once per 8 rows */
             for (int r0 = 0; r0 < rg; r0 += 8) {
@@ -333,6 +345,9 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
             if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, D * esz);
             vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
                                 base + it->q0, S, P, mg, lg, alpha);
+            if (pth) /* l sums the unscaled weights */
+                for (int r = 0; r < rg; r++)
+                    _mm512_storeu_ps(P + (size_t)r * KB, _mm512_mul_ps(_mm512_loadu_ps(P + (size_t)r * KB), _mm512_loadu_ps(vscale)));
             for (int r = 0; r < rg; r++) {
                 const float *pr = P + (size_t)r * KB;
                 if (alpha[r] == 1.0f &&
@@ -347,27 +362,31 @@ T static AI void tile(const vt_dtype dt, const int DC, const vt_attn_params *p, 
         for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / U) * U + chunk_pos(dt, d % U)];
 }
 
-#define VT_AVX512_TILE(name, dt)                                                                             \
+#define VT_AVX512_TILE(name, dt, pth)                                                                             \
     T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
                        float *acc) {                                                                             \
         switch (p->head_size) {                                                                                  \
-        case 64: tile(dt, 64, p, it, work, m, l, acc); break;                                                    \
-        case 128: tile(dt, 128, p, it, work, m, l, acc); break;                                                  \
-        case 256: tile(dt, 256, p, it, work, m, l, acc); break;                                                  \
-        default: tile(dt, 0, p, it, work, m, l, acc); break;                                                     \
+        case 64: tile(dt, pth, 64, p, it, work, m, l, acc); break;                                                    \
+        case 128: tile(dt, pth, 128, p, it, work, m, l, acc); break;                                                  \
+        case 256: tile(dt, pth, 256, p, it, work, m, l, acc); break;                                                  \
+        default: tile(dt, pth, 0, p, it, work, m, l, acc); break;                                                     \
         }                                                                                                        \
     }
 #if !VT_TILE_VBMI
-VT_AVX512_TILE(tile_f32, VT_DTYPE_F32)
-VT_AVX512_TILE(tile_f16, VT_DTYPE_F16)
-VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16)
+VT_AVX512_TILE(tile_f32, VT_DTYPE_F32, 0)
+VT_AVX512_TILE(tile_f16, VT_DTYPE_F16, 0)
+VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16, 0)
 #endif
-VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3)
-VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2)
+VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
+VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
+#if VT_TILE_VBMI
+VT_AVX512_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+#endif
 
 /* The element formats' family tile on AVX-512: the instance of p's format (its decoder), chosen once per item.
- * Only the plain and per-tensor fp8 formats reach it (cpu.c gives the per-token-head ones the AVX2 instances);
- * the VBMI instance is put in the table for the fp8 formats only. */
+ * The plain instance serves every element format but the per-token-head ones (cpu.c gives those the AVX2
+ * instances); the VBMI instance is put in the table for the fp8-decoded formats (e4m3fn, e5m2,
+ * fp8_per_token_head). */
 T void VT_TILE_ENTRY(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l, float *acc) {
     switch (p->kv_dtype) {
 #if !VT_TILE_VBMI
@@ -376,6 +395,9 @@ T void VT_TILE_ENTRY(const vt_attn_params *p, const vt_attn_item *it, float *wor
     case VT_DTYPE_BF16: tile_bf16(p, it, work, m, l, acc); break;
 #endif
     case VT_DTYPE_FP8_E5M2: tile_e5m2(p, it, work, m, l, acc); break;
+#if VT_TILE_VBMI
+    case VT_DTYPE_FP8_PTH: tile_fp8_pth(p, it, work, m, l, acc); break;
+#endif
     default: tile_e4m3(p, it, work, m, l, acc); break;
     }
 }

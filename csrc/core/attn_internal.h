@@ -141,8 +141,9 @@ extern const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT];
 extern const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT];
 void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                          float *acc);
-/* The same tile's fp8 instances (e4m3fn, e5m2 and the formats that decode as they do) on a CPU with
- * AVX512-VBMI: 64 codes per decode by byte lookups; the AVX-512 table's fp8 entries there (cpu.c). */
+/* The same tile's fp8 instances (e4m3fn, e5m2 and fp8_per_token_head, whose codes decode as e4m3fn) on a
+ * CPU with AVX512-VBMI: 64 codes per decode by byte lookups; the AVX-512 table's entries for them there
+ * (cpu.c). */
 void vt_attn_tile_avx512vbmi(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
                              float *acc);
 /* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile where vt_attn_bf16dot_applies,

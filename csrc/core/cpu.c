@@ -64,13 +64,13 @@ static void fill_tables(void) {
     for (int i = 0; i < N_ISA; i++) fill(&tables[i], &ISA_KERNELS[i]);
 #if VT_X86
     fill(&table_avx512_bf16, &ISA_KERNELS_AVX512_BF16);
-    /* with AVX512-VBMI the AVX-512 tile's fp8 instances decode by byte lookups (the pair-dot tile hands its
-     * other items to this table, so it takes them too) */
+    /* with AVX512-VBMI the AVX-512 tile's fp8 instances decode by byte lookups, for every format whose codes
+     * decode as e4m3fn / e5m2 (fp8_per_token_head included; the pair-dot tile hands its other items to this
+     * table, so it takes them too) */
     if (vt_cpu_get()->avx512vbmi)
         for (int d = 0; d < VT_DTYPE_COUNT; d++) {
             const int dec = vt_dtype_decoder(d);
-            if (tables[VT_ISA_AVX512].attn_tile[d] == vt_attn_tile_avx512 &&
-                (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
+            if (vt_dtype_get(d)->read_family == VT_READ_ELEMENTS && (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
                 tables[VT_ISA_AVX512].attn_tile[d] = vt_attn_tile_avx512vbmi;
         }
 #endif

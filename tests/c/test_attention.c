@@ -520,7 +520,8 @@ static void test_bf16dot_tile(void) {
 /* ---- the AVX-512 tile's two fp8 instances ----
  * The AVX-512 table holds one of them (the VBMI one where the CPU has VBMI), so the reference
  * comparison above reaches only that one: here both run on the tile level over e4m3 and e5m2
- * caches (codes over the whole grid, subnormals included), GQA 1 (V decoded straight into the
+ * caches (codes over the whole grid, subnormals included; fp8_per_token_head, which the plain
+ * AVX-512 table reads with the AVX2 instance, against that one), GQA 1 (V decoded straight into the
  * FMAs) and 3 (V decoded into the L1 buffer), head sizes 64, 128, 256 and the options' 80, 72
  * and 160 (a partial last unit), each against the float64 reference (the bound of the reference
  * comparison) and against each other (the same products, summed in another lane order: 1e-5 x
@@ -529,10 +530,10 @@ static void test_avx512_fp8_instances(void) {
 #if VT_X86
     if (vt_isa_best() < VT_ISA_AVX512) return;
     const int vbmi = vt_cpu_get()->avx512vbmi;
-    static const vt_dtype kvs[] = {VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2};
+    static const vt_dtype kvs[] = {VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_FP8_PTH};
     static const int heads[][2] = {{4, 4}, {6, 2}}; /* GQA 1, 3 */
     static const int d0s[] = {64, 128, 256};
-    for (size_t di = 0; di < 2; di++)
+    for (size_t di = 0; di < 3; di++)
         for (int hi = 0; hi < 2; hi++)
             for (int o = 0; o < 6; o++) {
                 problem pb;
@@ -546,7 +547,8 @@ static void test_avx512_fp8_instances(void) {
                 double vmax = 0;
                 for (size_t i = 0; i < n; i++) vmax = fmax(vmax, fabs(pb.ref[i]));
                 double *plain = calloc(n, sizeof(double)), *bytes = calloc(n, sizeof(double));
-                run_tile(&pb, &p, vt_attn_tile_avx512, plain);
+                run_tile(&pb, &p, pb.kv == VT_DTYPE_FP8_PTH ? vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH] : vt_attn_tile_avx512,
+                         plain);
                 double ep = max_diff(plain, pb.ref, n), eb = 0, epb = 0;
                 CHECK(ep <= 2e-5 * vmax, "avx512 fp8 kv=%s H=%d D=%d: max |plain - ref| %g (max |ref| %g)",
                       vt_dtype_get(pb.kv)->name, pb.H, pb.D, ep, vmax);
@@ -692,11 +694,11 @@ static void test_dispatch_tables(void) {
                 continue;
             }
 #if VT_X86
-            /* plain AVX-512 reads the per-token-head formats with the AVX2 instances, and with VBMI the fp8
-             * formats with the byte-lookup instances */
+            /* plain AVX-512 reads the per-token-head formats with the AVX2 instances, and with VBMI every
+             * fp8-decoded format (fp8_per_token_head included) with the byte-lookup instances */
             if (isa == VT_ISA_AVX512 && !bf16dot && vt_attn_tiles_avx2_for_avx512[d]) w = vt_attn_tiles_avx2[d];
             const int dec = vt_dtype_decoder(d);
-            if (isa == VT_ISA_AVX512 && !bf16dot && w == vt_attn_tile_avx512 && vt_cpu_get()->avx512vbmi &&
+            if (isa == VT_ISA_AVX512 && !bf16dot && f == VT_READ_ELEMENTS && vt_cpu_get()->avx512vbmi &&
                 (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
                 w = vt_attn_tile_avx512vbmi;
             if (isa == VT_ISA_AVX2 && f != VT_READ_NONE) {
@@ -725,7 +727,9 @@ static void test_dispatch_tables(void) {
         CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tiles_avx2[VT_DTYPE_FP8_E4M3] && a2->codec == &vt_codec_avx2 &&
                   a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH],
               "AVX2 table (bf16 %d)", bf16);
-        CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH]) &&
+        CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] ==
+                      (bf16 ? vt_attn_tile_avx512bf16
+                            : vt_cpu_get()->avx512vbmi ? vt_attn_tile_avx512vbmi : vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH]) &&
                   a5->codec == &vt_codec_avx512 &&
                   a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH]) &&
                   a5->attn_tile[VT_DTYPE_INT8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_INT8_PTH]) &&
