@@ -416,9 +416,9 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
                        float *acc) {                                                                             \
         switch (p->head_size) {                                                                                  \
-        case 64: tile(dt, pth, 64, p, it, work, m, l, acc); break;                                               \
-        case 128: tile(dt, pth, 128, p, it, work, m, l, acc); break;                                             \
-        case 256: tile(dt, pth, 256, p, it, work, m, l, acc); break;                                             \
+        VT_ATTN_HEAD_CASE(64, tile(dt, pth, 64, p, it, work, m, l, acc))                                         \
+        VT_ATTN_HEAD_CASE(128, tile(dt, pth, 128, p, it, work, m, l, acc))                                       \
+        VT_ATTN_HEAD_CASE(256, tile(dt, pth, 256, p, it, work, m, l, acc))                                       \
         default: tile(dt, pth, 0, p, it, work, m, l, acc); break;                                                \
         }                                                                                                        \
     }

@@ -48,6 +48,16 @@ static inline float vt_attn_logit_mul(const vt_attn_params *p, int b, int g) {
  * gets m = -inf, l = 0, acc = 0. `work` holds vt_attn_work_floats floats. */
 /* (vt_attn_tile_fn, in vt_internal.h, is the type of such a kernel; one per ISA table.) */
 
+/* The head sizes a tile instance is compiled for as constants (its chunk loops unrolled); any other runs the
+ * instance with the head size a runtime value. VT_ATTN_RUNTIME_HEAD_ONLY (the libFuzzer build, where each
+ * constant instance costs minutes of instrumented compile) leaves only that one. */
+#ifdef VT_ATTN_RUNTIME_HEAD_ONLY
+#define VT_ATTN_HEAD_CASE(D, ...)
+#else
+#define VT_ATTN_HEAD_CASE(D, ...)                                                                               \
+    case D: __VA_ARGS__; break;
+#endif
+
 /* Floats of per-thread work any tile kernel may use for `rows` rows. */
 static inline size_t vt_attn_work_floats(size_t rows, size_t head_size) {
     size_t dp = (head_size + 63) & ~(size_t)63; /* head_size padded to 64 (the VBMI fp8 tile's unit) */
