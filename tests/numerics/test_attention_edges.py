@@ -144,23 +144,28 @@ def test_k_descale_times_scale_beyond_float32_stays_finite(isa):
     np.testing.assert_allclose(out[0, 0], ref, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_per_token_head"])
 @pytest.mark.parametrize("code", [0x7F, 0xFF])
 @pytest.mark.parametrize("where", ["k", "v"])
 @pytest.mark.parametrize("D", [64, 80, 128])
 @pytest.mark.parametrize("G", [1, 2, 4])
-def test_e4m3_nan_code_in_a_visible_key_gives_nan_for_its_heads(isa, code, where, D, G):
+def test_e4m3_nan_code_in_a_visible_key_gives_nan_for_its_heads(isa, fmt, code, where, D, G):
     """An e4m3 NaN code (0x7F / 0xFF) in a visible key's K or V row is a NaN for the rows of that KV head
-    (vLLM decodes it to NaN); the other KV head's rows equal the same cache without the NaN, exactly."""
+    (vLLM decodes it to NaN); the other KV head's rows equal the same cache without the NaN, exactly. 0x7F sits
+    mid-row, 0xFF at the row's last element (past the last whole 32 codes when D is 80)."""
     rng = np.random.default_rng(D + code)
     bs, k_len, H_kv = 16, 37, 2
     kf, vf, bt = _paged(k_len, H_kv, D, bs, rng)
     k8 = vt.fp8_quantize(kf, 1.0, "e4m3").view(np.uint8)
     v8 = vt.fp8_quantize(vf, 1.0, "e4m3").view(np.uint8)
+    kw = {}
+    if fmt == "fp8_per_token_head":  # the same codes under per-token-head scales of 1
+        kw = dict(k_scale_cache=np.ones(k8.shape[:3], np.float32), v_scale_cache=np.ones(k8.shape[:3], np.float32))
     q = rng.standard_normal((1, H_kv * G, D)).astype(ml_dtypes.bfloat16)  # G 4: the pair-dot tile where it exists
-    clean, clean_lse = _run(q, k8, v8, bt, k_len, "fp8_e4m3")
+    clean, clean_lse = _run(q, k8, v8, bt, k_len, fmt, **kw)
     bad = (k8 if where == "k" else v8).copy()
-    bad[bt[0, 1], 3, 1, D // 2 + 1] = code  # key 19 (visible), KV head 1, one element
-    out, lse = _run(q, bad if where == "k" else k8, bad if where == "v" else v8, bt, k_len, "fp8_e4m3")
+    bad[bt[0, 1], 3, 1, D // 2 + 1 if code == 0x7F else D - 1] = code  # key 19 (visible), KV head 1, one element
+    out, lse = _run(q, bad if where == "k" else k8, bad if where == "v" else v8, bt, k_len, fmt, **kw)
     assert np.isnan(out[0, G:]).all() if where == "k" else np.isnan(out[0, G:]).any(), \
         f"{isa}: KV head 1's rows are {out[0, G:, :4]}"
     np.testing.assert_array_equal(out[0, :G], clean[0, :G], err_msg=f"{isa}: KV head 0 changed")
