@@ -265,16 +265,9 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
     float *alpha = tmp + Dp;             /* rg */
     const fp8tab tb = fp8_tables(dt);
-    for (int r = 0; r < rows; r++) {
-        const uint8_t *src = vt_attn_q_row(p, it, r, rg, G);
-        vt_attn_load_q(p, src, tmp, D);
-        float *qr = qp + (size_t)r * Dp;
-        memset(qr, 0, (size_t)Dp * 4);
-        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
-        for (int d = 0; d < D; d++) qr[(d / U) * U + chunk_pos(dt, d % U)] = tmp[d];
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
+    int pos[64];
+    for (int e = 0; e < U; e++) pos[e] = chunk_pos(dt, e);
+    vt_attn_rows_init(p, it, rows, rg, D, Dp, 0, U, pos, qp, ap, tmp, m, l);
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;

@@ -267,4 +267,23 @@ static inline const uint8_t *vt_attn_q_row(const vt_attn_params *p, const vt_att
     return (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok + (int64_t)h * p->q_stride_head;
 }
 
+/* A SIMD tile's rows set up for its key loop: row r's query (vt_attn_q_row, as float32 through tmp, D floats;
+ * rotated by vt_attn_int4_rotate_q when i4) at qp + r * Dp in the tile's element order (element d at
+ * (d / unit) * unit + pos[d % unit]), zero in the padding; its accumulator row of ap zeroed; m = -inf, l = 0. */
+static inline void vt_attn_rows_init(const vt_attn_params *p, const vt_attn_item *it, int rows, int rg, int D, int Dp,
+                                     int i4, int unit, const int *pos, float *qp, float *ap, float *tmp, float *m,
+                                     float *l) {
+    const int G = p->num_heads / p->num_kv_heads;
+    for (int r = 0; r < rows; r++) {
+        vt_attn_load_q(p, vt_attn_q_row(p, it, r, rg, G), tmp, D);
+        if (i4) vt_attn_int4_rotate_q(p, tmp, D);
+        float *qr = qp + (size_t)r * Dp;
+        memset(qr, 0, (size_t)Dp * 4);
+        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
+        for (int d = 0; d < D; d++) qr[(d / unit) * unit + pos[d % unit]] = tmp[d];
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+}
+
 #endif /* VTINFER_ATTN_INTERNAL_H */
