@@ -439,24 +439,14 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
 }
 
 /* One instance per format; inside it, the common head sizes are constants too (unrolled chunk loops). */
-#define VT_AVX2_TILE(name, dt, pth)                                                                          \
-    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
-                       float *acc) {                                                                             \
-        switch (p->head_size) {                                                                                  \
-        VT_ATTN_HEAD_CASE(64, tile(dt, pth, 64, p, it, work, m, l, acc))                                         \
-        VT_ATTN_HEAD_CASE(128, tile(dt, pth, 128, p, it, work, m, l, acc))                                       \
-        VT_ATTN_HEAD_CASE(256, tile(dt, pth, 256, p, it, work, m, l, acc))                                       \
-        default: tile(dt, pth, 0, p, it, work, m, l, acc); break;                                                \
-        }                                                                                                        \
-    }
-VT_AVX2_TILE(tile_f32, VT_DTYPE_F32, 0)
-VT_AVX2_TILE(tile_f16, VT_DTYPE_F16, 0)
-VT_AVX2_TILE(tile_bf16, VT_DTYPE_BF16, 0)
-VT_AVX2_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
-VT_AVX2_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
-VT_AVX2_TILE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
-VT_AVX2_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
-VT_AVX2_TILE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
+VT_ATTN_TILE_INSTANCE(tile_f32, VT_DTYPE_F32, 0)
+VT_ATTN_TILE_INSTANCE(tile_f16, VT_DTYPE_F16, 0)
+VT_ATTN_TILE_INSTANCE(tile_bf16, VT_DTYPE_BF16, 0)
+VT_ATTN_TILE_INSTANCE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
+VT_ATTN_TILE_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
+VT_ATTN_TILE_INSTANCE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
+VT_ATTN_TILE_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+VT_ATTN_TILE_INSTANCE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
 
 /* This ISA's entries of the (ISA x format) kernel table: one instance per format it reads fast, the
  * decoder a compile-time constant in each (cpu.c takes these before any family tile). */

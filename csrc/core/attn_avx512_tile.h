@@ -355,25 +355,15 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / U) * U + chunk_pos(dt, d % U)];
 }
 
-#define VT_AVX512_TILE(name, dt, pth)                                                                             \
-    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
-                       float *acc) {                                                                             \
-        switch (p->head_size) {                                                                                  \
-        VT_ATTN_HEAD_CASE(64, tile(dt, pth, 64, p, it, work, m, l, acc))                                         \
-        VT_ATTN_HEAD_CASE(128, tile(dt, pth, 128, p, it, work, m, l, acc))                                       \
-        VT_ATTN_HEAD_CASE(256, tile(dt, pth, 256, p, it, work, m, l, acc))                                       \
-        default: tile(dt, pth, 0, p, it, work, m, l, acc); break;                                                \
-        }                                                                                                        \
-    }
 #if !VT_TILE_VBMI
-VT_AVX512_TILE(tile_f32, VT_DTYPE_F32, 0)
-VT_AVX512_TILE(tile_f16, VT_DTYPE_F16, 0)
-VT_AVX512_TILE(tile_bf16, VT_DTYPE_BF16, 0)
+VT_ATTN_TILE_INSTANCE(tile_f32, VT_DTYPE_F32, 0)
+VT_ATTN_TILE_INSTANCE(tile_f16, VT_DTYPE_F16, 0)
+VT_ATTN_TILE_INSTANCE(tile_bf16, VT_DTYPE_BF16, 0)
 #endif
-VT_AVX512_TILE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
-VT_AVX512_TILE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
+VT_ATTN_TILE_INSTANCE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
+VT_ATTN_TILE_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
 #if VT_TILE_VBMI
-VT_AVX512_TILE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+VT_ATTN_TILE_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
 #endif
 
 /* The element formats' family tile on AVX-512: the instance of p's format (its decoder), chosen once per item.
