@@ -17,7 +17,9 @@ plants one defect and names the tests that must go red.  For each mutant:
 4. the named tests run with the copy as cwd and first on sys.path (the
    runner checks that ``vtinfer`` is imported from the copy): pytest node
    ids, and ``c:<name>`` for a plain-C test of tests/c, built there with
-   its Makefile.  pytest exit 1 (failures) or a killed process is a kill;
+   its Makefile (the base builds every named C test once; a copy gets its
+   own copy of tests/c/build, timestamps kept, so make recompiles only the
+   core objects a mutated file reaches).  pytest exit 1 (failures) or a killed process is a kill;
    exit 0 is a survivor; any other exit (collection error, no tests) is an
    ERROR;
 5. the shared tree's copy of every mutated file is hashed (sha256) before
@@ -394,15 +396,20 @@ def check_import(root: Path) -> str | None:
     return None
 
 
-def run_tests(root: Path, tests: list[str], timeout: float) -> tuple[str, str]:
+def make_c_tests(root: Path, names: list[str], jobs: int) -> subprocess.CompletedProcess:
+    """Build the plain-C tests `names` (tests/c/build/opt/<name>) in root with make."""
+    return subprocess.run(["make", "-s", f"-j{max(1, jobs)}", "-C", "tests/c", *(f"build/opt/{n}" for n in names)],
+                          cwd=root, env=env_for(root), capture_output=True, text=True)
+
+
+def run_tests(root: Path, tests: list[str], timeout: float, jobs: int = 1) -> tuple[str, str]:
     """('red' | 'green' | 'error', detail)."""
     py = [t for t in tests if not t.startswith("c:")]
     cts = [t[2:] for t in tests if t.startswith("c:")]
     details = []
     red = False
     for name in cts:
-        mk = subprocess.run(["make", "-s", "-C", "tests/c", f"build/opt/{name}"], cwd=root, env=env_for(root),
-                            capture_output=True, text=True)
+        mk = make_c_tests(root, [name], jobs)
         if mk.returncode != 0:
             return "error", f"c:{name} did not build: {mk.stderr.strip()[-600:]}"
         try:
@@ -439,8 +446,9 @@ def run_tests(root: Path, tests: list[str], timeout: float) -> tuple[str, str]:
 # ---------------------------------------------------------------- main
 
 
-def make_base(rev: str, run_dir: Path, jobs: int, cuda: tuple[str, str] | None) -> Path:
-    """The tree at rev, built (with cuda = (nvcc, cudart): the CUDA objects too, not linked)."""
+def make_base(rev: str, run_dir: Path, jobs: int, cuda: tuple[str, str] | None, c_tests: list[str]) -> Path:
+    """The tree at rev, built (with cuda = (nvcc, cudart): the CUDA objects too, not linked; and the
+    plain-C tests c_tests, whose core objects every copy then reuses)."""
     base = run_dir / "base"
     base.mkdir(parents=True)
     arch = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev], capture_output=True, check=True)
@@ -449,6 +457,9 @@ def make_base(rev: str, run_dir: Path, jobs: int, cuda: tuple[str, str] | None) 
     ok, log = build(base, sources(base) + (cuda_glue_sources(base) if cuda else []), jobs)
     if ok and cuda:
         ok, log = compile_cuda_kernels(base, cuda[0], jobs)
+    if ok and c_tests:
+        mk = make_c_tests(base, c_tests, jobs)
+        ok, log = mk.returncode == 0, mk.stderr
     if not ok:
         raise SystemExit(f"the unmutated tree at {rev} does not build:\n{log}")
     print(f"base built at {rev} in {time.time() - t0:.0f}s{' (with the CUDA objects)' if cuda else ''}: {base}",
@@ -457,7 +468,14 @@ def make_base(rev: str, run_dir: Path, jobs: int, cuda: tuple[str, str] | None) 
 
 
 def clone(base: Path, dest: Path) -> None:
+    """dest: hard links to base's files, except tests/c/build, a real copy with base's timestamps: make
+    rebuilds there only what a mutated file reaches, and a tool that rewrote an object in place (GNU as
+    replaces its output file; the runner does not rely on every compiler doing so) cannot reach the base."""
     subprocess.run(["cp", "-al", str(base), str(dest)], check=True)
+    cbuild = Path("tests") / "c" / "build"
+    if (base / cbuild).is_dir():
+        shutil.rmtree(dest / cbuild)
+        subprocess.run(["cp", "-a", str(base / cbuild), str(dest / cbuild)], check=True)
 
 
 def main(argv: list[str]) -> int:
@@ -523,7 +541,8 @@ def main(argv: list[str]) -> int:
         if not muts:
             raise _NothingToRun
         cuda = nvcc_and_cudart() if any(needs_cuda(m) for m in muts) else None
-        base = make_base(args.rev, run_dir, args.jobs, cuda)
+        c_tests = sorted({t[2:] for m in muts for t in m["tests"] if t.startswith("c:")})
+        base = make_base(args.rev, run_dir, args.jobs, cuda, c_tests)
         # every find text must occur exactly once in the tree at REV
         bad = []
         for m in muts:
@@ -551,7 +570,7 @@ def main(argv: list[str]) -> int:
         if why:
             raise SystemExit(f"baseline: {why}")
         t0 = time.time()
-        verdict, detail = run_tests(ref, union, args.timeout)
+        verdict, detail = run_tests(ref, union, args.timeout, args.jobs)
         print(f"baseline (unmutated, {len(union)} test ids): {verdict} in {time.time() - t0:.0f}s: {detail}",
               flush=True)
         if verdict != "green":
@@ -591,7 +610,7 @@ def main(argv: list[str]) -> int:
                 why = check_import(d)
                 if why:
                     raise RuntimeError(why)
-                verdict, detail = run_tests(d, m["tests"], args.timeout)
+                verdict, detail = run_tests(d, m["tests"], args.timeout, args.jobs)
                 status = {"red": "killed", "green": "SURVIVED", "error": "error"}[verdict]
             except RuntimeError as exc:
                 detail = str(exc)

@@ -132,3 +132,27 @@ def test_list_marks_the_mutants_a_lower_cpu_cannot_run(runner):
             "attn-bf16dot-v-interleave-swapped", "attn-bf16dot-k-descale-dropped",
             "avx512-pth-avx2-instances-dropped"} <= marked, marked
     assert not marked & {"store-kv-swapped", "attn-avx2-logit-unsaturated"}
+
+
+# ---- a mutant's copy: hard links to the base, except the C tests' build folder ----
+
+
+def test_a_copy_rewrites_its_c_test_objects_without_touching_the_base(runner, tmp_path):
+    base = tmp_path / "base"
+    obj = base / "tests" / "c" / "build" / "opt" / "core" / "attn.o"
+    src = base / "csrc" / "core" / "attn.c"
+    for p, data in ((obj, b"base object"), (src, b"int x;")):
+        p.parent.mkdir(parents=True)
+        p.write_bytes(data)
+    os.utime(obj, (1_000_000, 1_000_000))
+    dest = tmp_path / "copy"
+    runner.clone(base, dest)
+    copy_obj = dest / obj.relative_to(base)
+    # a tool that rewrites an object in place must not reach the base's
+    assert copy_obj.stat().st_ino != obj.stat().st_ino
+    assert copy_obj.stat().st_mtime == 1_000_000  # kept: make rebuilds only what a mutated file reaches
+    with open(copy_obj, "r+b") as f:
+        f.write(b"MUTANT")
+    assert obj.read_bytes() == b"base object"
+    # the sources stay hard links (a copy costs no disk; the mutant unlinks a file before editing it)
+    assert (dest / src.relative_to(base)).stat().st_ino == src.stat().st_ino
