@@ -1,6 +1,7 @@
 """Decode speed of the per-token-head KV formats next to bfloat16 and per-tensor fp8, one run.
 
 python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--slots]
+                                      [--dtypes FMT,FMT,...]
                                       [--ggml SRC --ggml-lib LIBDIR] [--out FILE]
 
 One query per KV-head group (decode) over a 32K-token sequence, H_kv 8,
@@ -12,7 +13,8 @@ filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
 every key). ``--slots`` adds the slot formats turboquant_k8v4,
 ultraquant_4bit and octave_k3v4 (vt.turboquant_store into one uint8 slot cache, read by
 vt.turboquant_attention: chunks of slots decoded into float32 rows under the
-float32 tile). ``--ggml`` adds ggml's CPU flash attention
+float32 tile); ``--dtypes`` runs the formats it names instead (any of the
+above and the other TurboQuant presets). ``--ggml`` adds ggml's CPU flash attention
 (``ggml_flash_attn_ext``) over the same K / V values as f16, q8_0 and q4_0,
 contiguous (ggml has no pages), float32 queries, in the same rounds
 (_common.GGML_HOWTO says how to build one). The --reps rounds are interleaved (every format and GQA once per
@@ -37,6 +39,8 @@ from _common import GGML_HOWTO, ggml_flash_attn
 DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 INT4 = "int4_per_token_head"
 SLOTS = ("turboquant_k8v4", "ultraquant_4bit", "octave_k3v4")
+# every slot format the bench can read (--dtypes), SLOTS the ones --slots adds
+SLOT_FORMATS = SLOTS + ("turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc")
 GGML_TYPES = ("f16", "q8_0", "q4_0")
 
 
@@ -46,7 +50,7 @@ def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
               num_threads=threads)
     readers = {}
     for dt in dtypes:
-        if dt in SLOTS:  # one caller-owned uint8 slot cache holds K and V
+        if dt in SLOT_FORMATS:  # one caller-owned uint8 slot cache holds K and V
             sc = np.zeros((nb, BS, Hkv, vt.turboquant_slot_bytes(dt, D)), np.uint8)
             vt.turboquant_store(k, v, sc, slots, dt)
             readers[dt] = lambda q, sc=sc, dt=dt: vt.turboquant_attention(q, sc, kv_cache_dtype=dt, **kw)
@@ -72,6 +76,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-int4", action="store_true", help="leave out int4_per_token_head")
     ap.add_argument("--slots", action="store_true", help="add turboquant_k8v4, ultraquant_4bit and octave_k3v4")
+    ap.add_argument("--dtypes", default=None, help="a comma-separated list of formats to run instead (of "
+                    + ", ".join(DTYPES + SLOT_FORMATS) + ")")
     ap.add_argument("--ggml", default=None, help="a ggml source tree, for same-run ggml figures; " + GGML_HOWTO)
     ap.add_argument("--ggml-lib", default=None, help="the folder of that ggml's built shared libraries")
     ap.add_argument("--out", default=None)
@@ -79,6 +85,11 @@ def main() -> None:
     Hkv, D, BS = 8, 128, 16
     nb = a.ctx // BS
     dtypes = tuple(d for d in DTYPES if not (a.no_int4 and d == INT4)) + (SLOTS if a.slots else ())
+    if a.dtypes:
+        dtypes = tuple(a.dtypes.split(","))
+        bad = [d for d in dtypes if d not in DTYPES + SLOT_FORMATS]
+        if bad:
+            ap.error(f"--dtypes: unknown {bad}; known: {', '.join(DTYPES + SLOT_FORMATS)}")
     rng = np.random.default_rng(0)
     perm = rng.permutation(nb).astype(np.int32)
     slots = (perm[np.arange(a.ctx) // BS].astype(np.int64) * BS + np.arange(a.ctx) % BS)
@@ -113,13 +124,15 @@ def main() -> None:
     res["uptime_after"] = os.getloadavg()
     for G in qs:
         m = {dt: res["ms"][f"{dt} GQA{G}"]["median"] for dt in dtypes}
-        for dt in dtypes[2:]:
-            res.setdefault("ratios", {})[f"{dt} GQA{G}"] = {"speedup_vs_bf16": m["bfloat16"] / m[dt],
-                                                            "speedup_vs_fp8": m["fp8_e4m3"] / m[dt]}
+        for dt in dtypes:  # against whichever of the two references this run has
+            refs = {f"speedup_vs_{n}": m[r] / m[dt] for n, r in (("bf16", "bfloat16"), ("fp8", "fp8_e4m3"))
+                    if r in m and dt not in ("bfloat16", "fp8_e4m3")}
+            if refs:
+                res.setdefault("ratios", {})[f"{dt} GQA{G}"] = refs
         if a.ggml:  # the issue's ggml goals: vt bf16 / ggml f16 time, vt int4 / ggml q4_0 time
             r = res.setdefault("vs_ggml", {})
-            r[f"GQA{G}"] = {"bf16_time_over_ggml_f16": m["bfloat16"] / m["ggml_f16"],
-                            "fp8_time_over_ggml_q8_0": m["fp8_e4m3"] / m["ggml_q8_0"],
+            r[f"GQA{G}"] = {"bf16_time_over_ggml_f16": m.get("bfloat16", float("nan")) / m["ggml_f16"],
+                            "fp8_time_over_ggml_q8_0": m.get("fp8_e4m3", float("nan")) / m["ggml_q8_0"],
                             "int8_pth_time_over_ggml_q8_0": m.get("int8_per_token_head", float("nan")) / m["ggml_q8_0"],
                             "int4_pth_time_over_ggml_q4_0": m.get(INT4, float("nan")) / m["ggml_q4_0"]}
     text = json.dumps(res, indent=1)

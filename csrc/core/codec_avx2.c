@@ -192,7 +192,7 @@ T static void fwht_rows(float *x, size_t n, size_t b) {
     }
 }
 
-/* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn), 8 lanes ---- */
+/* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn, vt_packed3_row_fn), 8 lanes ---- */
 
 /* 8 codes from 4 bytes: each byte widened to a lane twice (codes j and j + 4), shifted, masked; the 16 levels are
  * two 8-entry permutes, blended on the code's bit 3. */
@@ -230,6 +230,23 @@ T static void levels3_rows(const uint8_t *lo, const uint8_t *hi, size_t n, const
                                 _mm256_and_si256(_mm256_srlv_epi32(W, _mm256_add_epi32(sh, _mm256_set1_epi32(2 * g))), m4));
             _mm256_storeu_ps(out + 32 * w + 8 * g, _mm256_permutevar8x32_ps(L, c));
         }
+    }
+}
+
+/* 8 codes from each 3-byte group: its 24 bits in every lane, lane e shifted right by 3e and masked, then one
+ * 8-entry permute; every group but the last is read as 4 bytes (the fourth, the next group's, is shifted out). */
+T static void packed3_rows(const uint8_t *src, size_t n, const float *levels, float *out) {
+    const __m256 L = _mm256_loadu_ps(levels);
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21), m7 = _mm256_set1_epi32(7);
+    const size_t groups = n / 8;
+    for (size_t g = 0; g < groups; g++) {
+        uint32_t w;
+        if (g + 1 < groups)
+            memcpy(&w, src + 3 * g, 4);
+        else
+            w = src[3 * g] | (uint32_t)src[3 * g + 1] << 8 | (uint32_t)src[3 * g + 2] << 16;
+        const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh), m7);
+        _mm256_storeu_ps(out + 8 * g, _mm256_permutevar8x32_ps(L, c));
     }
 }
 

@@ -277,7 +277,7 @@ T static void fwht_rows(float *x, size_t n, size_t b) {
     }
 }
 
-/* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn), 16 lanes ---- */
+/* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn, vt_packed3_row_fn), 16 lanes ---- */
 
 /* 16 codes from 8 bytes: each byte widened to a lane twice (codes j and j + 4 of a word), shifted, masked, then
  * looked up by a 16-entry permute. */
@@ -317,6 +317,24 @@ T static void levels3_rows(const uint8_t *lo, const uint8_t *hi, size_t n, const
         _mm512_storeu_ps(out + 32 * w, _mm512_permutexvar_ps(c0, L));
         _mm512_storeu_ps(out + 32 * w + 16, _mm512_permutexvar_ps(c1, L));
     }
+}
+
+/* 16 codes from two 3-byte groups read as 8 bytes: the first group's 24 bits in lanes 0-7, the second's in lanes
+ * 8-15, lane e of each shifted right by 3e and masked, then one permute; the last two groups (the 8-byte read would
+ * pass the row) take the twin. */
+T static void packed3_rows(const uint8_t *src, size_t n, const float *levels, float *out) {
+    const __m512 L = _mm512_zextps256_ps512(_mm256_loadu_ps(levels));
+    const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 0, 3, 6, 9, 12, 15, 18, 21);
+    const __m512i m7 = _mm512_set1_epi32(7);
+    const size_t groups = n / 8;
+    size_t g = 0;
+    for (; g + 3 <= groups; g += 2) {
+        uint64_t w;
+        memcpy(&w, src + 3 * g, 8);
+        const __m512i W = _mm512_inserti64x4(_mm512_set1_epi32((int)(uint32_t)w), _mm256_set1_epi32((int)(uint32_t)(w >> 24)), 1);
+        _mm512_storeu_ps(out + 8 * g, _mm512_permutexvar_ps(_mm512_and_si512(_mm512_srlv_epi32(W, sh), m7), L));
+    }
+    if (g < groups) vt_packed3_scalar(src + 3 * g, 8 * (groups - g), levels, out + 8 * g);
 }
 
 /* 16 codes from 8 bytes (each byte widened to two lanes, the high nibble shifted down), looked up in the 16

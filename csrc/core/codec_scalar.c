@@ -195,7 +195,7 @@ void vt_fwht_scalar(float *x, size_t d, size_t b) {
     }
 }
 
-/* vt_levels4_row_fn / vt_levels3_row_fn / vt_nibbles_row_fn (codec.h): the twins of the SIMD lookups, plain scalar loops under GCC
+/* vt_levels4_row_fn / vt_levels3_row_fn / vt_packed3_row_fn / vt_nibbles_row_fn (codec.h): the twins of the SIMD lookups, plain scalar loops under GCC
  * (no-tree-vectorize): its -O3 vectorization of the lookups into SSE2 lane extracts and inserts measured 1.3x
  * slower than the scalar loop. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -221,6 +221,13 @@ SCALAR_LOOPS void vt_levels3_scalar(const uint8_t *lo, const uint8_t *hi, size_t
         }
 }
 
+SCALAR_LOOPS void vt_packed3_scalar(const uint8_t *src, size_t n, const float *levels, float *out) {
+    for (size_t g = 0; g < n / 8; g++) {
+        const uint32_t w = src[3 * g] | (uint32_t)src[3 * g + 1] << 8 | (uint32_t)src[3 * g + 2] << 16;
+        for (int e = 0; e < 8; e++) out[8 * g + e] = levels[w >> (3 * e) & 7u];
+    }
+}
+
 SCALAR_LOOPS void vt_nibbles_scalar(const uint8_t *src, size_t n, const float *levels, const float *scales,
                                     size_t group, float *out) {
     for (size_t i = 0; i < n; i++) out[i] = levels[src[i / 2] >> (4 * (i & 1)) & 15u] * scales[i / group];
@@ -243,5 +250,6 @@ const vt_codec_kernels vt_codec_scalar = {
     .fwht = vt_fwht_scalar,
     .levels4 = vt_levels4_scalar,
     .levels3 = vt_levels3_scalar,
+    .packed3 = vt_packed3_scalar,
     .nibbles = vt_nibbles_scalar,
 };

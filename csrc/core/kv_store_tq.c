@@ -39,19 +39,19 @@ static unsigned unpack_one(const uint8_t *src, int64_t nbytes, int64_t i, int bi
     return (w >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
-/* Codes 0..d) of a packed row of nbytes, each as unpack_one reads it: 4-bit by bytes, 3-bit by 24-bit groups,
- * the rest (a partial group, other widths) one at a time. */
-static void unpack_row(const uint8_t *src, int64_t nbytes, int64_t d, int bits, uint8_t *q) {
+/* out[j] = levels[code j] for the d codes of a packed row of nbytes, each as unpack_one reads it: the active ISA's
+ * lookups for 4-bit rows of even d (a byte's two codes) and a 3-bit row's whole 24-bit groups, unpack_one for the
+ * rest (a partial group, other widths). */
+static void lookup_row(const uint8_t *src, int64_t nbytes, int64_t d, int bits, const float *levels, float *out) {
+    const vt_codec_kernels *k = vt_kernels_active()->codec;
+    const float one = 1.0f; /* the nibble lookup's scale: x * 1 is x */
     int64_t i = 0;
-    if (bits == 4)
-        for (; i + 2 <= d; i += 2) q[i] = src[i / 2] & 15u, q[i + 1] = src[i / 2] >> 4;
-    else if (bits == 3)
-        for (; i + 8 <= d; i += 8) {
-            const uint8_t *g = src + i / 8 * 3;
-            const uint32_t w = g[0] | (uint32_t)g[1] << 8 | (uint32_t)g[2] << 16;
-            for (int e = 0; e < 8; e++) q[i + e] = (uint8_t)(w >> (3 * e) & 7u);
-        }
-    for (; i < d; i++) q[i] = (uint8_t)unpack_one(src, nbytes, i, bits);
+    if (bits == 4 && d % 2 == 0) {
+        k->nibbles(src, (size_t)d, levels, &one, (size_t)d, out);
+        return;
+    }
+    if (bits == 3 && d >= 8) k->packed3(src, (size_t)(i = d / 8 * 8), levels, out);
+    for (; i < d; i++) out[i] = levels[unpack_one(src, nbytes, i, bits)];
 }
 
 /* Values: min / max, scale floored at 1e-8, codes by division (not a reciprocal), then fp16 scale, fp16 min. */
@@ -129,17 +129,10 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     const int64_t d = c->head_size;
     const int64_t mse = (d * t->key_bits + 7) / 8;
     const int64_t vdb = (d * t->value_bits + 7) / 8;
-    uint8_t q[TQ_MAX_D];
-    const float one = 1.0f; /* the lookups' scale: x * 1 is x */
     if (t->key_bits == 8) { /* the active ISA's e4m3 row decode at scale 1: vt_fp8_e4m3_to_f32 of each code */
         vt_kernels_active()->codec->dequant[0][vt_float_index(VT_DTYPE_F32)](slot, ko, (size_t)d, 1.0f);
     } else {
-        if (t->key_bits == 4 && d % 2 == 0) { /* the ISA's lookup of a byte's two codes: unpack_row's codes */
-            vt_kernels_active()->codec->nibbles(slot, (size_t)d, c->centroids, &one, (size_t)d, ko);
-        } else {
-            unpack_row(slot, mse, d, t->key_bits, q);
-            for (int64_t j = 0; j < d; j++) ko[j] = c->centroids[q[j]];
-        }
+        lookup_row(slot, mse, d, t->key_bits, c->centroids, ko);
         if (t->norm_correction) {
             float ss = 0.0f;
             for (int64_t j = 0; j < d; j++) ss += ko[j] * ko[j];
@@ -151,14 +144,9 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     }
     const uint8_t *vq = slot + key_part_bytes(t, d);
     const float scale = get_f16(vq + vdb), zero = get_f16(vq + vdb + 2);
-    if (t->value_bits == 4 && d % 2 == 0) { /* code x scale + zero per level, looked up by the ISA's kernel */
-        float levels[16];
-        for (int q4 = 0; q4 < 16; q4++) levels[q4] = (float)q4 * scale + zero;
-        vt_kernels_active()->codec->nibbles(vq, (size_t)d, levels, &one, (size_t)d, vo);
-        return;
-    }
-    unpack_row(vq, vdb, d, t->value_bits, q);
-    for (int64_t j = 0; j < d; j++) vo[j] = (float)q[j] * scale + zero;
+    float levels[16]; /* code x scale + zero per level */
+    for (int q = 0; q < 1 << t->value_bits; q++) levels[q] = (float)q * scale + zero;
+    lookup_row(vq, vdb, d, t->value_bits, levels, vo);
 }
 
 /* vLLM 0.33 TurboQuantConfig.slot_size_aligned: the key part, then ceil(D * vb / 8) value code bytes and 4

@@ -442,6 +442,35 @@ static void test_levels(void) {
     }
 }
 
+/* The 3-bit lookup (vt_packed3_row_fn) of every ISA and the twin against each code read as its own 3 bits of the
+ * row (bit 3i of the byte string, least significant first), rows of 8 to 400 codes, each in a buffer of exactly
+ * 3n / 8 bytes (an ASan build reports a read past the row) and an output with a guard after it. */
+static void test_packed3(void) {
+    enum { N = 400 };
+    static float ref[N + 1], got[N + 1];
+    float levels[8];
+    uint32_t seed = 31337u;
+    for (int i = 0; i < 8; i++) levels[i] = bits_f32(i == 5 ? 0x7FC00005u : 0xBF000000u + (uint32_t)i * 65537u);
+    for (size_t n = 8; n <= N; n += 8) {
+        const size_t nbytes = 3 * n / 8;
+        uint8_t *src = malloc(nbytes);
+        CHECK(src != NULL, "malloc");
+        if (!src) return;
+        for (size_t i = 0; i < nbytes; i++) src[i] = (uint8_t)((seed = seed * 1664525u + 1013904223u) >> 24);
+        for (size_t d = 0; d < n; d++) {
+            unsigned code = 0;
+            for (int b = 0; b < 3; b++) code |= (unsigned)(src[(3 * d + b) / 8] >> ((3 * d + b) % 8) & 1u) << b;
+            ref[d] = levels[code];
+        }
+        for (int k = 0; k < isa_count; k++) {
+            memset(got, 0xEE, sizeof got);
+            isa_kernels[k].packed3(src, n, levels, got);
+            CHECK(memcmp(got, ref, n * 4) == 0 && f32_bits(got[n]) == 0xEEEEEEEEu, "packed3 ISA %d: n %zu", k, n);
+        }
+        free(src);
+    }
+}
+
 /* The nibble lookup (vt_nibbles_row_fn) of every ISA against the codes read one by one (code 2j the low nibble of
  * byte j), each times its group's scale: groups of 8 to 64 and whole rows, scales with zero, a power of two, an
  * infinity and a NaN among them; a NaN compares only as a NaN (which operand's payload a product passes on is
@@ -547,6 +576,7 @@ int main(int argc, char **argv) {
     test_bulk_api();
     test_fwht();
     test_levels();
+    test_packed3();
     test_nibbles();
     run_sweep(full);
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);

@@ -236,11 +236,12 @@ def test_gather_equals_twin_read(i):
             np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [4, 64, 128])  # 4: a 3-bit row shorter than one 8-code group
 @pytest.mark.parametrize("fmt", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
-def test_gather_of_any_bytes_equals_twin_read(fmt, D):
+def test_gather_of_any_bytes_equals_twin_read(fmt, D, isa):
     """Slots of random bytes: every code, and fp16 norms, scales and zeros of every kind (inf, NaN,
-    subnormal), read by turboquant_gather (the attention's slot read) as the twin reads them."""
+    subnormal), read by turboquant_gather (the attention's slot read) as the twin reads them, on every
+    ISA this CPU runs (each has its own 3- and 4-bit code lookups)."""
     rng = np.random.default_rng([D, len(fmt)])
     n = 64
     raw = rng.integers(0, 256, (n, 1, 1, vt.turboquant_slot_bytes(fmt, D)), dtype=np.uint8)

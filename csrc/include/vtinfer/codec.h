@@ -73,6 +73,10 @@ typedef void (*vt_levels4_row_fn)(const uint8_t *src, size_t n, const float *lev
  * two bits at bits 2i..2i+1 of the 16 bits lo[8w + j] | lo[8w + 4 + j] << 8 and its high bit at bit i of
  * hi[4w + j]; levels has 8 entries. Octave's 3-bit packing. */
 typedef void (*vt_levels3_row_fn)(const uint8_t *lo, const uint8_t *hi, size_t n, const float *levels, float *out);
+/* out[i] = levels[code i] for n codes (a multiple of 8) of 3 bits packed 8 to 3 bytes: code 8g + e is bits
+ * 3e..3e+2 of the little-endian 24 bits src[3g] | src[3g + 1] << 8 | src[3g + 2] << 16 (reads 3n / 8 bytes);
+ * levels has 8 entries. TurboQuant's 3-bit packing. */
+typedef void (*vt_packed3_row_fn)(const uint8_t *src, size_t n, const float *levels, float *out);
 /* out[i] = levels[code i] * scales[i / group] for n codes of 4 bits at src, two a byte (code 2j the low nibble
  * of src[j], 2j + 1 the high); levels has 16 entries, scales n / group (rounded up). TurboQuant's and
  * UltraQuant's 4-bit packing. */
@@ -86,6 +90,7 @@ typedef struct vt_codec_kernels {
     vt_fwht_row_fn fwht;
     vt_levels4_row_fn levels4;
     vt_levels3_row_fn levels3;
+    vt_packed3_row_fn packed3;
     vt_nibbles_row_fn nibbles;
 } vt_codec_kernels;
 
