@@ -46,6 +46,37 @@ static const isa_kernels ISA_KERNELS_AVX512_BF16 = {
     {[VT_READ_ELEMENTS] = vt_attn_tile_avx512bf16, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512bf16}};
 #endif
 
+#if VT_X86
+/* Tiles keyed by a CPU feature beyond their ISA's: where the CPU has it, the ISA's table takes `tile` for every
+ * element format whose codes decode as one of `decoders` (its own family tile or instance otherwise). */
+typedef struct feature_tile {
+    vt_isa isa;
+    int (*has)(const vt_cpu_features *cpu);
+    vt_dtype decoders[2];
+    vt_attn_tile_fn tile;
+} feature_tile;
+
+static int has_avx512vbmi(const vt_cpu_features *cpu) { return cpu->avx512vbmi; }
+
+static const feature_tile FEATURE_TILES[] = {
+    /* AVX512-VBMI: fp8 decoded by 64-code byte lookups; fp8_per_token_head too (its codes are e4m3), and the
+     * pair-dot tile's other items, which it hands to this table */
+    {VT_ISA_AVX512, has_avx512vbmi, {VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2}, vt_attn_tile_avx512vbmi},
+};
+
+static void apply_feature_tiles(vt_kernels *k, const vt_cpu_features *cpu) {
+    for (size_t i = 0; i < sizeof FEATURE_TILES / sizeof FEATURE_TILES[0]; i++) {
+        const feature_tile *ft = &FEATURE_TILES[i];
+        if (k->isa != ft->isa || !ft->has(cpu)) continue;
+        for (int d = 0; d < VT_DTYPE_COUNT; d++) {
+            const int dec = vt_dtype_decoder(d);
+            if (vt_dtype_get(d)->read_family == VT_READ_ELEMENTS && (dec == (int)ft->decoders[0] || dec == (int)ft->decoders[1]))
+                k->attn_tile[d] = ft->tile;
+        }
+    }
+}
+#endif
+
 static vt_kernels tables[N_ISA], table_avx512_bf16;
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -64,15 +95,7 @@ static void fill_tables(void) {
     for (int i = 0; i < N_ISA; i++) fill(&tables[i], &ISA_KERNELS[i]);
 #if VT_X86
     fill(&table_avx512_bf16, &ISA_KERNELS_AVX512_BF16);
-    /* with AVX512-VBMI the AVX-512 tile's fp8 instances decode by byte lookups, for every format whose codes
-     * decode as e4m3fn / e5m2 (fp8_per_token_head included; the pair-dot tile hands its other items to this
-     * table, so it takes them too) */
-    if (vt_cpu_get()->avx512vbmi)
-        for (int d = 0; d < VT_DTYPE_COUNT; d++) {
-            const int dec = vt_dtype_decoder(d);
-            if (vt_dtype_get(d)->read_family == VT_READ_ELEMENTS && (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
-                tables[VT_ISA_AVX512].attn_tile[d] = vt_attn_tile_avx512vbmi;
-        }
+    for (int i = 0; i < N_ISA; i++) apply_feature_tiles(&tables[i], vt_cpu_get());
 #endif
 }
 

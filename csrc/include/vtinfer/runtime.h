@@ -23,8 +23,9 @@ typedef enum vt_isa { VT_ISA_SCALAR = 0, VT_ISA_AVX2 = 1, VT_ISA_AVX512 = 2 } vt
 
 /* What the CPU and the OS (XGETBV) allow. Reported by vt_build_info; the
  * kernels use what vt_isa_best lists, and avx512bf16: with it the avx512
- * kernels run grouped bf16 attention rows on the bf16 pair dot product.
- * avx512vbmi, avx512fp16 and avx512vnni are detected but no kernel uses them. */
+ * kernels run grouped bf16 attention rows on the bf16 pair dot product;
+ * avx512vbmi: the avx512 kernels decode fp8 keys and values by byte lookups.
+ * avx512fp16 and avx512vnni are detected but no kernel uses them. */
 typedef struct vt_cpu_features {
     int sse42, avx, avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vbmi, avx512fp16, avx512vnni;
