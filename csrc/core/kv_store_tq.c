@@ -125,29 +125,6 @@ static void tq_store(const vt_tq_cache *c, const vt_dtype_info *t, const float *
     store_values(vr, d, t->value_bits, slot + key_part_bytes(t, d), (d * t->value_bits + 7) / 8);
 }
 
-/* x[0]^2 + ... + x[n - 1]^2 in float32, in NumPy's pairwise order (its float32 sum, the twin's): under 8 terms one
- * chain from 0; up to 128, eight partial sums (term j into sum j % 8, the last n % 8 terms left out) added as
- * ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then those terms one by one; above 128, the sums of the first
- * half (rounded down to a multiple of 8) and of the rest. Eight chains of additions instead of one, and one order
- * on every ISA (plain C, no contraction under -std=c11). */
-static float sum_squares(const float *x, int64_t n) {
-    if (n > 128) {
-        const int64_t h = n / 2 - n / 2 % 8;
-        return sum_squares(x, h) + sum_squares(x + h, n - h);
-    }
-    float s = 0.0f;
-    int64_t i = 0;
-    if (n >= 8) {
-        float r[8];
-        for (int l = 0; l < 8; l++) r[l] = x[l] * x[l];
-        for (i = 8; i < n - n % 8; i += 8)
-            for (int l = 0; l < 8; l++) r[l] += x[i + l] * x[i + l];
-        s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    }
-    for (; i < n; i++) s += x[i] * x[i];
-    return s;
-}
-
 static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *ko, float *vo) {
     const int64_t d = c->head_size;
     const int64_t mse = (d * t->key_bits + 7) / 8;
@@ -157,7 +134,9 @@ static void tq_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t 
     } else {
         lookup_row(slot, mse, d, t->key_bits, c->centroids, ko);
         if (t->norm_correction) {
-            const float r = 1.0f / sqrtf(sum_squares(ko, d) + 1e-16f);
+            float ss = 0.0f;
+            for (int64_t j = 0; j < d; j++) ss += ko[j] * ko[j];
+            const float r = 1.0f / sqrtf(ss + 1e-16f);
             for (int64_t j = 0; j < d; j++) ko[j] *= r;
         }
         const float nrm = get_f16(slot + mse);

@@ -17,8 +17,8 @@ and by the double sums' rounding (absolute, ~D * 2^-53 on a unit row) where the
 sum cancels to near 0 (the middle midpoint is exactly 0). So an index may differ,
 by one, only for an element whose rotated value is within two float32 steps or
 1e-12 of a codebook midpoint; every other byte is equal.
-The read is exact: its norm correction sums ``c^2`` in float32 in NumPy's pairwise
-order, as the twin does, and the rest is one float32 operation per element.
+The read's norm correction sums ``c^2`` in float32 in element order (the twin: a
+pairwise sum), so an MSE K agrees to 1e-6 relative; V and k8v4 K are exact.
 """
 
 from __future__ import annotations
@@ -228,7 +228,12 @@ def test_gather_equals_twin_read(i):
     assert K.shape == V.shape == (len(s), H, D) and K.dtype == V.dtype == np.float32
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(V, v2, err_msg=f"V, {fmt} D={D}")
-        np.testing.assert_array_equal(K, k2, err_msg=f"K, {fmt} D={D}")
+        if tq_twin.PRESETS[fmt][0] == 8:
+            np.testing.assert_array_equal(K, k2, err_msg=f"K, {fmt} D={D}")
+        else:
+            fin = np.isfinite(k2)
+            np.testing.assert_array_equal(np.isfinite(K), fin)
+            np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
 
 
 @pytest.mark.parametrize("D", [4, 64, 128])  # 4: a 3-bit row shorter than one 8-code group
@@ -246,7 +251,12 @@ def test_gather_of_any_bytes_equals_twin_read(fmt, D, isa):
     with np.errstate(over="ignore", invalid="ignore"):
         k2, v2 = tq_twin.dequantize(fmt, raw.reshape(n, 1, -1), D, None if kb == 8 else vt.turboquant_codebook(fmt, D)[0])
     np.testing.assert_array_equal(V, v2, err_msg=f"V, {fmt} D={D}")
-    np.testing.assert_array_equal(K, k2, err_msg=f"K, {fmt} D={D}")
+    if kb == 8:
+        np.testing.assert_array_equal(K, k2, err_msg=f"K, {fmt} D={D}")
+    else:  # the norm correction's float32 sum: the twin sums pairwise
+        fin = np.isfinite(k2)
+        np.testing.assert_array_equal(np.isfinite(K), fin)
+        np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
 
 
 @pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])

@@ -212,10 +212,7 @@ def dequantize(fmt: str, slot: np.ndarray, D: int, centroids: np.ndarray | None 
         c = (lloyd_max(D, kb) if centroids is None else centroids).astype(F32)
         cv = c[_unpack(slot[..., : lay["mse_bytes"]], kb, D)]
         if nc:
-            # float32 sum of the squares in NumPy's pairwise order, which it takes only over a contiguous axis
-            # (c[idx] is not one: over its strides NumPy adds the terms in sequence)
-            ss = np.ascontiguousarray(cv * cv).sum(axis=-1, dtype=F32)
-            cv = (cv * (F32(1) / np.sqrt(ss + F32(1e-16)))[..., None]).astype(F32)
+            cv = (cv * (F32(1) / np.sqrt((cv * cv).sum(axis=-1, dtype=F32) + F32(1e-16)))[..., None]).astype(F32)
         nrm = slot[..., lay["mse_bytes"]: lay["mse_bytes"] + 2].copy().view(np.float16).astype(F32)
         k = (nrm * cv).astype(F32)
     o = lay["kps"]
