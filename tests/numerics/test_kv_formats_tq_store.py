@@ -17,8 +17,9 @@ and by the double sums' rounding (absolute, ~D * 2^-53 on a unit row) where the
 sum cancels to near 0 (the middle midpoint is exactly 0). So an index may differ,
 by one, only for an element whose rotated value is within two float32 steps or
 1e-12 of a codebook midpoint; every other byte is equal.
-The read's norm correction sums ``c^2`` in float32 in element order (the twin: a
-pairwise sum), so an MSE K agrees to 1e-6 relative; V and k8v4 K are exact.
+The read's norm correction sums ``c^2`` in float32 in element order (the twin: in
+NumPy's order, pairwise over a contiguous row, in sequence over ``c[idx]``'s strides),
+so an MSE K agrees to 1e-6 relative; V and k8v4 K are exact.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def test_gather_of_any_bytes_equals_twin_read(fmt, D, isa):
     np.testing.assert_array_equal(V, v2, err_msg=f"V, {fmt} D={D}")
     if kb == 8:
         np.testing.assert_array_equal(K, k2, err_msg=f"K, {fmt} D={D}")
-    else:  # the norm correction's float32 sum: the twin sums pairwise
+    else:  # the norm correction's float32 sum: the twin's is in NumPy's order
         fin = np.isfinite(k2)
         np.testing.assert_array_equal(np.isfinite(K), fin)
         np.testing.assert_allclose(K[fin], k2[fin], rtol=1e-6, atol=1e-30, err_msg=f"K, {fmt} D={D}")
