@@ -250,6 +250,6 @@ const vt_codec_kernels vt_codec_scalar = {
     .fwht = vt_fwht_scalar,
     .levels4 = vt_levels4_scalar,
     .levels3 = vt_levels3_scalar,
-    .packed3 = vt_packed3_scalar,
     .nibbles = vt_nibbles_scalar,
+    .packed3 = vt_packed3_scalar,
 };

@@ -50,8 +50,8 @@ extern const vt_codec_kernels vt_codec_avx512;
             [VT_DTYPE_F16] = {[VT_DTYPE_F32] = c_f16_f32, [VT_DTYPE_F16] = vt_copy_2, [VT_DTYPE_BF16] = c_f16_bf16}, \
             [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = c_bf16_f32, [VT_DTYPE_F16] = c_bf16_f16, [VT_DTYPE_BF16] = vt_copy_2}, \
         },                                                                                                           \
-        .fwht = fwht_rows, .levels4 = levels4_rows, .levels3 = levels3_rows, .packed3 = packed3_rows,                \
-        .nibbles = nibbles_rows,                                                                                     \
+        .fwht = fwht_rows, .levels4 = levels4_rows, .levels3 = levels3_rows, .nibbles = nibbles_rows,                \
+        .packed3 = packed3_rows,                                                                                     \
     }
 void vt_fwht_scalar(float *x, size_t n, size_t block); /* vt_fwht_row_fn's scalar twin */
 /* vt_levels4_row_fn's, vt_levels3_row_fn's and vt_packed3_row_fn's scalar twins */

@@ -90,8 +90,8 @@ typedef struct vt_codec_kernels {
     vt_fwht_row_fn fwht;
     vt_levels4_row_fn levels4;
     vt_levels3_row_fn levels3;
-    vt_packed3_row_fn packed3;
     vt_nibbles_row_fn nibbles;
+    vt_packed3_row_fn packed3; /* new row kernels go last: an existing field keeps its offset */
 } vt_codec_kernels;
 
 /* Kernels of the active ISA. Never NULL. */
