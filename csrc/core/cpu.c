@@ -39,45 +39,50 @@ static const isa_kernels ISA_KERNELS[] = {
 #define N_ISA ((int)(sizeof ISA_KERNELS / sizeof ISA_KERNELS[0]))
 
 #if VT_X86
-/* AVX-512 on a CPU with AVX512-BF16: the same codec, the tile that runs grouped bf16 rows on the pair dot
- * product (vdpbf16ps) and hands every other item to the plain AVX-512 table's tile for its format. */
-static const isa_kernels ISA_KERNELS_AVX512_BF16 = {
-    VT_ISA_AVX512, &vt_codec_avx512, NULL,
-    {[VT_READ_ELEMENTS] = vt_attn_tile_avx512bf16, [VT_READ_INT4_ROTATED] = vt_attn_tile_avx512bf16}};
-#endif
-
-#if VT_X86
 /* Tiles keyed by a CPU feature beyond their ISA's: where the CPU has it, the ISA's table takes `tile` for every
- * element format whose codes decode as one of `decoders` (its own family tile or instance otherwise). */
+ * format `takes` names (its own family tile or instance otherwise). Rows apply in order, so a later row's tile
+ * stands over an earlier one's; a tile that hands some items on calls the table without its feature. */
 typedef struct feature_tile {
     vt_isa isa;
     int (*has)(const vt_cpu_features *cpu);
-    vt_dtype decoders[2];
+    int (*takes)(vt_dtype d);
     vt_attn_tile_fn tile;
 } feature_tile;
 
 static int has_avx512vbmi(const vt_cpu_features *cpu) { return cpu->avx512vbmi; }
+static int has_avx512bf16(const vt_cpu_features *cpu) { return cpu->avx512bf16; }
+
+/* element formats whose codes decode as fp8 (fp8_per_token_head's are e4m3) */
+static int fp8_codes(vt_dtype d) {
+    const int dec = vt_dtype_decoder(d);
+    return vt_dtype_get(d)->read_family == VT_READ_ELEMENTS && (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2);
+}
+
+static int elements_or_int4(vt_dtype d) {
+    const vt_read_family f = vt_dtype_get(d)->read_family;
+    return f == VT_READ_ELEMENTS || f == VT_READ_INT4_ROTATED;
+}
 
 static const feature_tile FEATURE_TILES[] = {
-    /* AVX512-VBMI: fp8 decoded by 64-code byte lookups; fp8_per_token_head too (its codes are e4m3), and the
-     * pair-dot tile's other items, which it hands to this table */
-    {VT_ISA_AVX512, has_avx512vbmi, {VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2}, vt_attn_tile_avx512vbmi},
+    /* AVX512-VBMI: fp8 codes decoded by 64-code byte lookups */
+    {VT_ISA_AVX512, has_avx512vbmi, fp8_codes, vt_attn_tile_avx512vbmi},
+    /* AVX512-BF16: grouped bf16 rows on the pair dot product (vdpbf16ps); every other item goes to the table
+     * without AVX512-BF16 (vt_kernels_table(VT_ISA_AVX512, 0)), so this row stands last */
+    {VT_ISA_AVX512, has_avx512bf16, elements_or_int4, vt_attn_tile_avx512bf16},
 };
 
 static void apply_feature_tiles(vt_kernels *k, const vt_cpu_features *cpu) {
     for (size_t i = 0; i < sizeof FEATURE_TILES / sizeof FEATURE_TILES[0]; i++) {
         const feature_tile *ft = &FEATURE_TILES[i];
         if (k->isa != ft->isa || !ft->has(cpu)) continue;
-        for (int d = 0; d < VT_DTYPE_COUNT; d++) {
-            const int dec = vt_dtype_decoder(d);
-            if (vt_dtype_get(d)->read_family == VT_READ_ELEMENTS && (dec == (int)ft->decoders[0] || dec == (int)ft->decoders[1]))
-                k->attn_tile[d] = ft->tile;
-        }
+        for (int d = 0; d < VT_DTYPE_COUNT; d++)
+            if (ft->takes((vt_dtype)d)) k->attn_tile[d] = ft->tile;
     }
 }
 #endif
 
-static vt_kernels tables[N_ISA], table_avx512_bf16;
+/* [isa][b]: the table on this CPU with its AVX512-BF16 bit set to b */
+static vt_kernels tables[N_ISA][2];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void fill(vt_kernels *k, const isa_kernels *src) {
@@ -92,11 +97,15 @@ static void fill(vt_kernels *k, const isa_kernels *src) {
 }
 
 static void fill_tables(void) {
-    for (int i = 0; i < N_ISA; i++) fill(&tables[i], &ISA_KERNELS[i]);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < N_ISA; i++) {
+            fill(&tables[i][b], &ISA_KERNELS[i]);
 #if VT_X86
-    fill(&table_avx512_bf16, &ISA_KERNELS_AVX512_BF16);
-    for (int i = 0; i < N_ISA; i++) apply_feature_tiles(&tables[i], vt_cpu_get());
+            vt_cpu_features cpu = *vt_cpu_get();
+            cpu.avx512bf16 = b;
+            apply_feature_tiles(&tables[i][b], &cpu);
 #endif
+        }
 }
 
 /* NULL until vt_runtime_init (or the first kernel call) chose a table. */
@@ -105,12 +114,7 @@ static _Atomic(const vt_kernels *) active;
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16) {
     if ((int)isa < VT_ISA_SCALAR || (int)isa >= N_ISA) return NULL;
     pthread_once(&tables_once, fill_tables);
-#if VT_X86
-    if (isa == VT_ISA_AVX512 && avx512bf16) return &table_avx512_bf16;
-#else
-    (void)avx512bf16;
-#endif
-    return &tables[isa];
+    return &tables[isa][avx512bf16 != 0];
 }
 
 static void publish(vt_isa isa) {

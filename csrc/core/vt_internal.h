@@ -80,8 +80,8 @@ typedef struct vt_kernels {
 /* The table of the active ISA (initialising the runtime with the best ISA
  * on first use). Never NULL; tables are never modified or freed. */
 const vt_kernels *vt_kernels_active(void);
-/* The table that isa selects on a CPU with (avx512bf16 = 1) or without AVX512-BF16, whatever this CPU
- * has (so a test checks both AVX-512 tables); NULL for an isa this build has no table for. */
+/* isa's table on this CPU with its AVX512-BF16 bit taken as avx512bf16 (1 or 0) whatever the CPU has, the
+ * other feature rows as the CPU has them (so a test checks both); NULL for an isa this build has no table for. */
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16);
 
 /* A slot format (page_layout VT_PAGE_SLOTS): what its row's `slot` points to. kv_slots.c runs the checks and
