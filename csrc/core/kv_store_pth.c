@@ -11,8 +11,8 @@
  * QUANT_MIN (maxnum/minnum, as Triton lowers tl.max and tl.clamp); see
  * .agents/specs/kv-formats.md for the rules with their vLLM file and line.
  *
- * Row kernels: a scalar twin (always) and an AVX-512 variant, chosen at run
- * time by the active ISA; both are tested byte for byte against an
+ * Row kernels: a scalar twin (always), AVX2 and AVX-512 variants, chosen at
+ * run time by the active ISA; each is tested byte for byte against an
  * independent NumPy twin (tests/numerics/test_kv_formats.py). */
 #include <math.h>
 #include <stdint.h>
@@ -55,6 +55,42 @@ static float absmax_scalar(const float *x, int64_t n, float m) {
 }
 
 #if VT_X86
+/* AVX2: 8 lanes, the same operations in the same order as the twins; a row's last n % 8 elements take the twin. */
+VT_TARGET_AVX2 static float absmax_avx2(const float *x, int64_t n, float m0) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_set1_ps(m0);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m); /* NaN: keeps m */
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return absmax_scalar(x + i, n - i, _mm_cvtss_f32(h));
+}
+
+VT_TARGET_AVX2 static void quant_int8_avx2(const float *x, uint8_t *dst, int64_t n, float r, float qmax, float qmin) {
+    const __m256 vr = _mm256_set1_ps(r), half = _mm256_set1_ps(0.5f), lo = _mm256_set1_ps(qmin),
+                 hi = _mm256_set1_ps(qmax), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 q = _mm256_mul_ps(_mm256_loadu_ps(x + i), vr);
+        __m256 ge = _mm256_cmp_ps(q, zero, _CMP_GE_OQ); /* false for NaN */
+        __m256 t = _mm256_blendv_ps(_mm256_sub_ps(q, half), _mm256_add_ps(q, half), ge);
+        t = _mm256_min_ps(_mm256_max_ps(t, lo), hi); /* max_ps gives its second operand for a NaN */
+        __m256i c = _mm256_cvttps_epi32(t);          /* in [qmin, qmax]: the packs below never saturate */
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+        _mm_storel_epi64((__m128i *)(void *)(dst + i), _mm_packs_epi16(w, w));
+    }
+    quant_int8_scalar(x + i, dst + i, n - i, r, qmax, qmin);
+}
+
+VT_TARGET_AVX2 static void scale_clamp_avx2(const float *x, float *out, int64_t n, float r, float qmax, float qmin) {
+    const __m256 vr = _mm256_set1_ps(r), lo = _mm256_set1_ps(qmin), hi = _mm256_set1_ps(qmax);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vr), lo), hi));
+    scale_clamp_scalar(x + i, out + i, n - i, r, qmax, qmin);
+}
+
 VT_TARGET_AVX512 static float absmax_avx512(const float *x, int64_t n, float m0) {
     __m512 m = _mm512_set1_ps(m0);
     int64_t i = 0;
@@ -100,6 +136,11 @@ typedef struct pth_kernels {
 static pth_kernels pick(void) {
     pth_kernels k = {absmax_scalar, quant_int8_scalar, scale_clamp_scalar};
 #if VT_X86
+    if (vt_isa_active() == VT_ISA_AVX2) {
+        k.absmax = absmax_avx2;
+        k.quant_int8 = quant_int8_avx2;
+        k.scale_clamp = scale_clamp_avx2;
+    }
     if (vt_isa_active() == VT_ISA_AVX512) {
         k.absmax = absmax_avx512;
         k.quant_int8 = quant_int8_avx512;
