@@ -75,6 +75,7 @@ def adversarial_rows(D: int, fmt: str) -> np.ndarray:
     r[1:1 + len(mids)] = mids; rows.append(r)
     r = np.zeros(D); r[0] = qmax / 2; r[1:7] = [0.25, 0.75, -0.25, 63.25, -63.75, 31.5]; rows.append(r)  # scale 0.5
     r = np.full(D, 0.3); r[3] = np.nan; rows.append(r)       # NaN: ignored by absmax, clamped to QUANT_MIN
+    r = np.full(D, 0.3); r[D // 8 * 8 - 1] = np.nan; r[-1] = np.nan; rows.append(r)  # NaN in the last vector and the tail
     r = np.full(D, np.nan); rows.append(r)                    # all NaN
     r = np.full(D, 0.3); r[2] = np.inf; rows.append(r)       # +inf: scale inf, others 0, inf -> NaN -> QUANT_MIN
     r = np.full(D, -0.7); r[4] = -np.inf; r[6] = -0.0; rows.append(r)
