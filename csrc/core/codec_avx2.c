@@ -35,9 +35,13 @@ T static inline void st_bf16(void *p, __m256 v) {
 }
 
 /* See encode_fp8 in codec_scalar.c. Magnitudes are < 2^31, so signed
- * compares order them correctly. */
-T static inline __m256i enc_fp8(__m256 v, int mbits, int emin, int max_bits, int max_code) {
+ * compares order them correctly. Normal codes round the float32 bits; min()
+ * saturates them (inf too). Subnormal codes: adding M = 2^23 quanta of the
+ * subnormal grid makes float32's own round-to-nearest-even leave the code in
+ * M's low mantissa bits (|v| < 2^emin < M, so the sum stays in M's binade). */
+T static inline __m256i enc_fp8(__m256 v, int mbits, int emin, int max_code) {
     const int drop = 23 - mbits;
+    const int m_bits = (127 + 23 + emin - mbits) << 23; /* M = 2^(23 + emin - mbits) */
     __m256i u = _mm256_castps_si256(v);
     __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
     __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
@@ -46,15 +50,10 @@ T static inline __m256i enc_fp8(__m256 v, int mbits, int emin, int max_bits, int
     __m256i code_n =
         _mm256_sub_epi32(_mm256_srli_epi32(r, drop), _mm256_set1_epi32((127 - (1 - emin)) << mbits));
     code_n = _mm256_min_epi32(code_n, _mm256_set1_epi32(max_code));
-    float k = (float)(1u << (mbits - emin));
-    __m256 t = _mm256_round_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(k)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256i code_s = _mm256_cvttps_epi32(t);
+    __m256 t = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(_mm256_set1_epi32(m_bits)));
+    __m256i code_s = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(m_bits));
     __m256i normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(((127 + emin) << 23) - 1));
-    __m256i code = _mm256_blendv_epi8(code_s, code_n, normal);
-    __m256i sat = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(max_bits - 1));
-    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(max_code), sat);
-    code = _mm256_or_si256(code, sign);
+    __m256i code = _mm256_or_si256(_mm256_blendv_epi8(code_s, code_n, normal), sign);
     __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
     return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), nan);
 }
@@ -68,13 +67,22 @@ T static inline void st_codes(uint8_t *dst, __m256i code) {
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(both));
 }
 
-T static inline __m256i enc_e4m3(__m256 v) { return enc_fp8(v, 3, -6, 0x43E00000, 0x7E); }
-T static inline __m256i enc_e5m2(__m256 v) { return enc_fp8(v, 2, -14, 0x47600000, 0x7B); }
+/* Store the codes (0..255 in each 32-bit lane) of four vectors, 32 bytes in order. */
+T static inline void st_codes32(uint8_t *dst, __m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+    __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(void *)dst, p);
+}
+
+T static inline __m256i enc_e4m3(__m256 v) { return enc_fp8(v, 3, -6, 0x7E); }
+T static inline __m256i enc_e5m2(__m256 v) { return enc_fp8(v, 2, -14, 0x7B); }
 
 /* The scalar twins (vt_codec_scalar) handle the last n % 8 elements (n % 16 for fp8 decode). */
 
 /* x / scale as a true float32 division at the cost of a multiply; see
  * divide() in codec_avx512.c for why this is exact. */
+enum { DIV_POW2, DIV_CHECKED, DIV_ALWAYS };
+
 typedef struct div_plan {
     __m256 scale, inv;
     int pow2, fast, drop;
@@ -94,10 +102,9 @@ T static inline div_plan plan_division(float scale, int mbits, int emin) {
     return p;
 }
 
-T static inline __m256 divide(__m256 x, const div_plan *p) {
-    if (!p->fast && !p->pow2) return _mm256_div_ps(x, p->scale);
-    __m256 q = _mm256_mul_ps(x, p->inv);
-    if (p->pow2) return q;
+/* 1 when some lane of q = x * RN(1/s) may encode differently from RN(x/s): near a midpoint of the fp8 grid
+ * (normal, finite), or in the subnormal range above what always encodes as zero. */
+T static inline int division_needed(__m256 q, const div_plan *p) {
     __m256i a = _mm256_and_si256(_mm256_castps_si256(q), _mm256_set1_epi32(0x7FFFFFFF));
     __m256i low = _mm256_and_si256(a, _mm256_set1_epi32((1 << p->drop) - 1));
     __m256i dist = _mm256_abs_epi32(_mm256_sub_epi32(low, _mm256_set1_epi32(1 << (p->drop - 1))));
@@ -107,16 +114,37 @@ T static inline __m256 divide(__m256 x, const div_plan *p) {
     __m256i tiny_ok = _mm256_cmpgt_epi32(_mm256_set1_epi32(p->safe_tiny), a);
     __m256i danger = _mm256_or_si256(_mm256_and_si256(_mm256_and_si256(near_mid, normal), finite),
                                      _mm256_andnot_si256(_mm256_or_si256(normal, tiny_ok), _mm256_set1_epi32(-1)));
-    if (_mm256_testz_si256(danger, danger)) return q;
+    return !_mm256_testz_si256(danger, danger);
+}
+
+/* x / scale for one plan's mode (a constant in each loop below, so its tests fold away). */
+T static inline __m256 divide(__m256 x, const div_plan *p, int mode) {
+    if (mode == DIV_ALWAYS) return _mm256_div_ps(x, p->scale);
+    __m256 q = _mm256_mul_ps(x, p->inv);
+    if (mode == DIV_POW2 || !division_needed(q, p)) return q;
     return _mm256_div_ps(x, p->scale);
 }
+
+/* 32 codes per step, then 8, then the scalar twin for the last n % 8. */
+#define QUANT_LOOP(LD, ES, ENC, MODE)                                                               \
+    for (; i + 32 <= n; i += 32) {                                                                  \
+        const char *x = (const char *)src + i * (ES);                                               \
+        st_codes32(dst + i, ENC(divide(LD(x), &p, MODE)), ENC(divide(LD(x + 8 * (ES)), &p, MODE)),  \
+                   ENC(divide(LD(x + 16 * (ES)), &p, MODE)), ENC(divide(LD(x + 24 * (ES)), &p, MODE))); \
+    }                                                                                               \
+    for (; i + 8 <= n; i += 8) st_codes(dst + i, ENC(divide(LD((const char *)src + i * (ES)), &p, MODE)));
 
 #define QUANT(NAME, LD, ES, ENC, S, F, MBITS, EMIN)                                      \
     T static void NAME(const void *src, uint8_t *dst, size_t n, float scale) {           \
         const div_plan p = plan_division(scale, MBITS, EMIN);                            \
         size_t i = 0;                                                                    \
-        for (; i + 8 <= n; i += 8)                                                       \
-            st_codes(dst + i, ENC(divide(LD((const char *)src + i * (ES)), &p)));        \
+        if (p.pow2) {                                                                    \
+            QUANT_LOOP(LD, ES, ENC, DIV_POW2)                                            \
+        } else if (p.fast) {                                                             \
+            QUANT_LOOP(LD, ES, ENC, DIV_CHECKED)                                         \
+        } else {                                                                         \
+            QUANT_LOOP(LD, ES, ENC, DIV_ALWAYS)                                          \
+        }                                                                                \
         if (i < n) vt_codec_scalar.quant[S][F]((const char *)src + i * (ES), dst + i, n - i, scale); \
     }
 QUANT(q_f32_e4m3, ld_f32, 4, enc_e4m3, VT_DTYPE_F32, 0, 3, -6)
