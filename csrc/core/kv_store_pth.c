@@ -56,7 +56,7 @@ static float absmax_scalar(const float *x, int64_t n, float m) {
 
 #if VT_X86
 /* AVX2: 8 lanes, the same operations in the same order as the twins; a row's last n % 8 elements take the twin. */
-VT_TARGET_AVX2 static float absmax_avx2(const float *x, int64_t n, float m0) {
+VT_TARGET_AVX2 static inline float absmax_avx2(const float *x, int64_t n, float m0) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_set1_ps(m0);
     int64_t i = 0;
@@ -67,7 +67,7 @@ VT_TARGET_AVX2 static float absmax_avx2(const float *x, int64_t n, float m0) {
     return absmax_scalar(x + i, n - i, _mm_cvtss_f32(h));
 }
 
-VT_TARGET_AVX2 static void quant_int8_avx2(const float *x, uint8_t *dst, int64_t n, float r, float qmax, float qmin) {
+VT_TARGET_AVX2 static inline void quant_int8_avx2(const float *x, uint8_t *dst, int64_t n, float r, float qmax, float qmin) {
     const __m256 vr = _mm256_set1_ps(r), half = _mm256_set1_ps(0.5f), lo = _mm256_set1_ps(qmin),
                  hi = _mm256_set1_ps(qmax), zero = _mm256_setzero_ps();
     int64_t i = 0;
@@ -83,7 +83,7 @@ VT_TARGET_AVX2 static void quant_int8_avx2(const float *x, uint8_t *dst, int64_t
     quant_int8_scalar(x + i, dst + i, n - i, r, qmax, qmin);
 }
 
-VT_TARGET_AVX2 static void scale_clamp_avx2(const float *x, float *out, int64_t n, float r, float qmax, float qmin) {
+VT_TARGET_AVX2 static inline void scale_clamp_avx2(const float *x, float *out, int64_t n, float r, float qmax, float qmin) {
     const __m256 vr = _mm256_set1_ps(r), lo = _mm256_set1_ps(qmin), hi = _mm256_set1_ps(qmax);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -91,7 +91,7 @@ VT_TARGET_AVX2 static void scale_clamp_avx2(const float *x, float *out, int64_t 
     scale_clamp_scalar(x + i, out + i, n - i, r, qmax, qmin);
 }
 
-VT_TARGET_AVX512 static float absmax_avx512(const float *x, int64_t n, float m0) {
+VT_TARGET_AVX512 static inline float absmax_avx512(const float *x, int64_t n, float m0) {
     __m512 m = _mm512_set1_ps(m0);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m); /* NaN lane: keeps m */
@@ -102,7 +102,7 @@ VT_TARGET_AVX512 static float absmax_avx512(const float *x, int64_t n, float m0)
     return _mm512_reduce_max_ps(m);
 }
 
-VT_TARGET_AVX512 static void quant_int8_avx512(const float *x, uint8_t *dst, int64_t n, float r, float qmax,
+VT_TARGET_AVX512 static inline void quant_int8_avx512(const float *x, uint8_t *dst, int64_t n, float r, float qmax,
                                                float qmin) {
     const __m512 vr = _mm512_set1_ps(r), half = _mm512_set1_ps(0.5f), lo = _mm512_set1_ps(qmin),
                  hi = _mm512_set1_ps(qmax), zero = _mm512_setzero_ps();
@@ -116,8 +116,8 @@ VT_TARGET_AVX512 static void quant_int8_avx512(const float *x, uint8_t *dst, int
     }
 }
 
-VT_TARGET_AVX512 static void scale_clamp_avx512(const float *x, float *out, int64_t n, float r, float qmax,
-                                                float qmin) {
+VT_TARGET_AVX512 static inline void scale_clamp_avx512(const float *x, float *out, int64_t n, float r, float qmax,
+                                                       float qmin) {
     const __m512 vr = _mm512_set1_ps(r), lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
@@ -127,33 +127,9 @@ VT_TARGET_AVX512 static void scale_clamp_avx512(const float *x, float *out, int6
 }
 #endif
 
-typedef struct pth_kernels {
-    float (*absmax)(const float *, int64_t, float);
-    void (*quant_int8)(const float *, uint8_t *, int64_t, float, float, float);
-    void (*scale_clamp)(const float *, float *, int64_t, float, float, float);
-} pth_kernels;
-
-static pth_kernels pick(void) {
-    pth_kernels k = {absmax_scalar, quant_int8_scalar, scale_clamp_scalar};
-#if VT_X86
-    if (vt_isa_active() == VT_ISA_AVX2) {
-        k.absmax = absmax_avx2;
-        k.quant_int8 = quant_int8_avx2;
-        k.scale_clamp = scale_clamp_avx2;
-    }
-    if (vt_isa_active() == VT_ISA_AVX512) {
-        k.absmax = absmax_avx512;
-        k.quant_int8 = quant_int8_avx512;
-        k.scale_clamp = scale_clamp_avx512;
-    }
-#endif
-    return k;
-}
-
 typedef struct pth_job {
     const vt_kv_store_params *p;
     const vt_dtype_info *fmt;
-    pth_kernels k;
     vt_convert_row_fn to_f32;  /* src dtype -> float32 */
     vt_convert_row_fn from_f32; /* float32 -> src dtype (int4's rounding of the rotated row) */
     vt_quant_row_fn fp8_codes; /* float32 -> e4m3 codes (scale 1): fp8_per_token_head */
@@ -178,30 +154,55 @@ static void store_row_int4(const pth_job *j, const char *src, uint8_t *dst, char
     memcpy(scale_dst, &scale, sizeof scale);
 }
 
-/* int8 / fp8 per-token-head: absmax scale, then the codes. */
-static void store_row_scaled(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {
-    const int64_t D = j->p->head_size;
-    _Alignas(64) float buf[PTH_PIECE], tmp[PTH_PIECE];
-    float m = 0.0f;
-    for (int64_t d0 = 0; d0 < D; d0 += PTH_PIECE) {
-        int64_t n = D - d0 < PTH_PIECE ? D - d0 : PTH_PIECE;
-        j->to_f32(src + d0 * (int64_t)j->src_es, buf, (size_t)n);
-        m = j->k.absmax(buf, n, m);
+/* The fp8 codes of clamp(x * r) in two steps: the clamp into a buffer, then the codec's encode at scale 1. */
+#define FP8_CODES_BY_CODEC(NAME, TGT, CLAMP)                                                                       \
+    TGT static inline void NAME(const pth_job *j, const float *x, uint8_t *dst, int64_t n, float r) {              \
+        _Alignas(64) float tmp[PTH_PIECE];                                                                         \
+        CLAMP(x, tmp, n, r, j->fmt->quant_max, j->fmt->quant_min);                                                 \
+        j->fp8_codes(tmp, dst, (size_t)n, 1.0f);                                                                   \
     }
-    float scale = m / j->fmt->quant_max;
-    if (!(scale > PTH_SCALE_FLOOR)) scale = PTH_SCALE_FLOOR;
-    const float r = 1.0f / scale;
-    memcpy(scale_dst, &scale, sizeof scale);
-    for (int64_t d0 = 0; d0 < D; d0 += PTH_PIECE) {
-        int64_t n = D - d0 < PTH_PIECE ? D - d0 : PTH_PIECE;
-        if (D > PTH_PIECE) j->to_f32(src + d0 * (int64_t)j->src_es, buf, (size_t)n);
-        if (j->fmt->is_int) {
-            j->k.quant_int8(buf, dst + d0, n, r, j->fmt->quant_max, j->fmt->quant_min);
-        } else {
-            j->k.scale_clamp(buf, tmp, n, r, j->fmt->quant_max, j->fmt->quant_min);
-            j->fp8_codes(tmp, dst + d0, (size_t)n, 1.0f);
-        }
+
+/* int8 / fp8 per-token-head: absmax scale, then the codes. One row function per ISA, each with its ISA's kernels
+ * inlined (a (token, head) row is short: calls and set-ups per step cost as much as the steps). */
+#define STORE_ROW_SCALED(NAME, TGT, ABSMAX, QUANT_INT8, FP8_CODES)                                                 \
+    TGT static void NAME(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {                       \
+        const int64_t D = j->p->head_size;                                                                         \
+        _Alignas(64) float buf[PTH_PIECE];                                                                         \
+        float m = 0.0f;                                                                                            \
+        for (int64_t d0 = 0; d0 < D; d0 += PTH_PIECE) {                                                            \
+            int64_t n = D - d0 < PTH_PIECE ? D - d0 : PTH_PIECE;                                                   \
+            j->to_f32(src + d0 * (int64_t)j->src_es, buf, (size_t)n);                                              \
+            m = ABSMAX(buf, n, m);                                                                                 \
+        }                                                                                                          \
+        float scale = m / j->fmt->quant_max;                                                                       \
+        if (!(scale > PTH_SCALE_FLOOR)) scale = PTH_SCALE_FLOOR;                                                   \
+        const float r = 1.0f / scale;                                                                              \
+        memcpy(scale_dst, &scale, sizeof scale);                                                                   \
+        for (int64_t d0 = 0; d0 < D; d0 += PTH_PIECE) {                                                            \
+            int64_t n = D - d0 < PTH_PIECE ? D - d0 : PTH_PIECE;                                                   \
+            if (D > PTH_PIECE) j->to_f32(src + d0 * (int64_t)j->src_es, buf, (size_t)n);                           \
+            if (j->fmt->is_int) QUANT_INT8(buf, dst + d0, n, r, j->fmt->quant_max, j->fmt->quant_min);             \
+            else FP8_CODES(j, buf, dst + d0, n, r);                                                                \
+        }                                                                                                          \
     }
+
+#define VT_TARGET_NONE
+FP8_CODES_BY_CODEC(fp8_codes_scalar, VT_TARGET_NONE, scale_clamp_scalar)
+STORE_ROW_SCALED(store_row_scaled_scalar, VT_TARGET_NONE, absmax_scalar, quant_int8_scalar, fp8_codes_scalar)
+#if VT_X86
+FP8_CODES_BY_CODEC(fp8_codes_avx2, VT_TARGET_AVX2, scale_clamp_avx2)
+STORE_ROW_SCALED(store_row_scaled_avx2, VT_TARGET_AVX2, absmax_avx2, quant_int8_avx2, fp8_codes_avx2)
+FP8_CODES_BY_CODEC(fp8_codes_avx512, VT_TARGET_AVX512, scale_clamp_avx512)
+STORE_ROW_SCALED(store_row_scaled_avx512, VT_TARGET_AVX512, absmax_avx512, quant_int8_avx512, fp8_codes_avx512)
+#endif
+
+/* The active ISA's row function. */
+static void (*scaled_row(void))(const pth_job *, const char *, uint8_t *, char *) {
+#if VT_X86
+    if (vt_isa_active() == VT_ISA_AVX512) return store_row_scaled_avx512;
+    if (vt_isa_active() == VT_ISA_AVX2) return store_row_scaled_avx2;
+#endif
+    return store_row_scaled_scalar;
 }
 
 static void pth_task(void *ctx, int ith, int nth) {
@@ -245,7 +246,6 @@ static void pth_run(const vt_kv_store_params *p, int num_threads,
     memset(&j, 0, sizeof j);
     j.p = p;
     j.fmt = vt_dtype_get(p->cache_dtype);
-    j.k = pick();
     j.to_f32 = ck->convert[p->src_dtype][VT_DTYPE_F32];
     j.from_f32 = ck->convert[VT_DTYPE_F32][p->src_dtype];
     if (!j.fmt->is_int && j.fmt->code_dtype >= 0) j.fp8_codes = ck->quant[VT_DTYPE_F32][vt_fp8_index(j.fmt->code_dtype)];
@@ -256,7 +256,7 @@ static void pth_run(const vt_kv_store_params *p, int num_threads,
     vt_parallel_for(pth_task, &j, vt_useful_threads(num_threads, work, PTH_PARALLEL_MIN_ELEMS, p->num_blocks));
 }
 
-static void scaled_run(const vt_kv_store_params *p, int num_threads) { pth_run(p, num_threads, store_row_scaled); }
+static void scaled_run(const vt_kv_store_params *p, int num_threads) { pth_run(p, num_threads, scaled_row()); }
 static void int4_run(const vt_kv_store_params *p, int num_threads) { pth_run(p, num_threads, store_row_int4); }
 
 const vt_store_kernel vt_store_per_token_head = {.check = pth_check, .run = scaled_run};
