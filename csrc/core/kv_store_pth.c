@@ -133,6 +133,7 @@ typedef struct pth_job {
     vt_convert_row_fn to_f32;  /* src dtype -> float32 */
     vt_convert_row_fn from_f32; /* float32 -> src dtype (int4's rounding of the rotated row) */
     vt_quant_row_fn fp8_codes; /* float32 -> e4m3 codes (scale 1): fp8_per_token_head */
+    vt_int4_quantize_fn int4_quantize; /* the active ISA's */
     size_t src_es;
     /* One (token, head) row: its scale to scale_dst, its codes to dst (the store kernel's row writer). */
     void (*row)(const struct pth_job *j, const char *src, uint8_t *dst, char *scale_dst);
@@ -150,7 +151,7 @@ static void store_row_int4(const pth_job *j, const char *src, uint8_t *dst, char
         j->from_f32(buf, half, (size_t)D);
         j->to_f32(half, buf, (size_t)D);
     }
-    vt_int4_quantize_row(buf, D, dst, &scale);
+    j->int4_quantize(buf, D, dst, &scale);
     memcpy(scale_dst, &scale, sizeof scale);
 }
 
@@ -250,6 +251,7 @@ static void pth_run(const vt_kv_store_params *p, int num_threads,
     j.from_f32 = ck->convert[VT_DTYPE_F32][p->src_dtype];
     if (!j.fmt->is_int && j.fmt->code_dtype >= 0) j.fp8_codes = ck->quant[VT_DTYPE_F32][vt_fp8_index(j.fmt->code_dtype)];
     j.src_es = vt_dtype_get(p->src_dtype)->elem_bytes;
+    j.int4_quantize = vt_int4_quantize_for(vt_isa_active());
     j.row = row;
     int64_t rows = p->num_tokens * p->num_kv_heads;
     int64_t work = rows > INT64_MAX / p->head_size ? INT64_MAX : rows * p->head_size;

@@ -68,7 +68,7 @@ def rows(rng, n, hkv, d, src="float32"):
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("src", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("d", [64, 80, 96, 576, 1024, 6])
+@pytest.mark.parametrize("d", [64, 80, 96, 576, 1024, 6, 42])  # 6, 42: rows with a tail past the SIMD vectors
 def test_store_bytes_equal_numpy_twin(isa, d, src, layout):
     rng = np.random.default_rng(d)
     nb, bs, hkv, n = 3, 16, 2, 30
@@ -137,12 +137,14 @@ def test_twin_rules_by_hand():
     assert s.tolist() == [1, -1, 1, 1, -1, -1, -1, -1]  # torch 2.13's draws (the C table's first byte, 0xf2)
 
 
-def test_nan_rows_equal_numpy_twin():
+@pytest.mark.parametrize("d", [32, 42])
+def test_nan_rows_equal_numpy_twin(isa, d):
     """NaN elements: min / max ignore them (fminf / fmaxf), their codes are 0 (NVIDIA's NaN -> int 0)."""
     rng = np.random.default_rng(3)
-    d = 32
     k = rng.standard_normal((3, 1, d)).astype(np.float32)
-    k[0, 0, 3] = np.nan  # the rotation spreads it: the whole row is NaN
+    k[0, 0, 3] = np.nan  # d 32: the rotation spreads it over the whole row; d 42 (blocks of 2): over its pair
+    k[1, 0, d - 1] = np.nan  # in the row's tail past the SIMD vectors (d 42)
+    k[1, 0, d - 3] = np.nan  # in the last full 8-vector (d 42)
     page, kc, vc, ks, vs = caches(1, 16, 1, d)
     store(k, k, kc, vc, ks, vs, np.arange(3, dtype=np.int64))
     check(page, kc, vc, ks, vs, k, k, np.arange(3), d, "float32")
