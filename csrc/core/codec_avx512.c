@@ -250,9 +250,10 @@ T static inline __m512 fwht_in_vector(__m512 v, __m512 q, __mmask16 m) {
 
 /* As vt_fwht_scalar, bit for bit: blocks of 16 or more run the strides 1-8 inside each vector and the wider
  * ones between vectors; smaller blocks take the twin. */
-T static void fwht_rows(float *x, size_t n, size_t b) {
+T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
     if (b < 16 || b % 16 || n % b) {
-        vt_fwht_scalar(x, n, b);
+        if (normalize) vt_fwht_scalar(x, n, b);
+        else vt_fwht_raw_scalar(x, n, b);
         return;
     }
     const __m512 norm = _mm512_set1_ps((float)(1.0 / sqrt((double)b)));
@@ -273,9 +274,13 @@ T static void fwht_rows(float *x, size_t n, size_t b) {
                     _mm512_storeu_ps(y + j, _mm512_add_ps(lo, hi));
                     _mm512_storeu_ps(y + j + h, _mm512_sub_ps(lo, hi));
                 }
-        for (size_t i = 0; i < b; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), norm));
+        if (normalize)
+            for (size_t i = 0; i < b; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), norm));
     }
 }
+
+T static void fwht_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 1); }
+T static void fwht_raw_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 0); }
 
 /* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn, vt_packed3_row_fn), 16 lanes ---- */
 

@@ -169,7 +169,7 @@ void vt_copy_2(const void *src, void *dst, size_t n) { memcpy(dst, src, n * 2); 
 
 /* vt_fwht_row_fn (codec.h): the twin of the SIMD rotations. Each stage's butterflies are independent, so stages
  * 1 and 2 run together on each group of four and the wider stages as contiguous runs the compiler vectorizes: the same operations on the same values as stage by stage. */
-void vt_fwht_scalar(float *x, size_t d, size_t b) {
+static void fwht_scalar(float *x, size_t d, size_t b, int normalize) {
     const float norm = (float)(1.0 / sqrt((double)b));
     for (size_t o = 0; o < d; o += b) {
         float *y = x + o;
@@ -191,9 +191,13 @@ void vt_fwht_scalar(float *x, size_t d, size_t b) {
                     hi[j] = a - c;
                 }
             }
-        for (size_t i = 0; i < b; i++) y[i] *= norm;
+        if (normalize)
+            for (size_t i = 0; i < b; i++) y[i] *= norm;
     }
 }
+
+void vt_fwht_scalar(float *x, size_t d, size_t b) { fwht_scalar(x, d, b, 1); }
+void vt_fwht_raw_scalar(float *x, size_t d, size_t b) { fwht_scalar(x, d, b, 0); }
 
 /* vt_levels4_row_fn / vt_levels3_row_fn / vt_packed3_row_fn / vt_nibbles_row_fn (codec.h): the twins of the SIMD lookups, plain scalar loops under GCC
  * (no-tree-vectorize): its -O3 vectorization of the lookups into SSE2 lane extracts and inserts measured 1.3x
@@ -252,4 +256,5 @@ const vt_codec_kernels vt_codec_scalar = {
     .levels3 = vt_levels3_scalar,
     .nibbles = vt_nibbles_scalar,
     .packed3 = vt_packed3_scalar,
+    .fwht_raw = vt_fwht_raw_scalar,
 };

@@ -46,23 +46,16 @@ static void flip_signs(float *x, int64_t b) {
     }
 }
 
-static void hadamard(float *x, int64_t b) {
-    for (int64_t h = 1; h < b; h <<= 1)
-        for (int64_t k = 0; k < b; k += 2 * h)
-            for (int64_t i = k; i < k + h; i++) {
-                const float a = x[i], c = x[i + h];
-                x[i] = a + c;
-                x[i + h] = a - c;
-            }
-}
-
 int64_t vt_int4_rht_block(int64_t d) { return d & -d; }
 
+/* The butterflies are the codec's unnormalized Walsh-Hadamard rows (fwht_raw: stages h = 1, 2, 4, .., the same
+ * operations on every ISA). */
 void vt_int4_rht(float *x, int64_t d, int inverse) {
     const int64_t b = vt_int4_rht_block(d);
+    const vt_fwht_row_fn hadamard = vt_codec_active()->fwht_raw;
     for (int64_t o = 0; o < d; o += b) {
         if (!inverse) flip_signs(x + o, b);
-        hadamard(x + o, b);
+        hadamard(x + o, (size_t)b, (size_t)b);
         if (inverse) flip_signs(x + o, b);
     }
 }

@@ -51,9 +51,10 @@ extern const vt_codec_kernels vt_codec_avx512;
             [VT_DTYPE_BF16] = {[VT_DTYPE_F32] = c_bf16_f32, [VT_DTYPE_F16] = c_bf16_f16, [VT_DTYPE_BF16] = vt_copy_2}, \
         },                                                                                                           \
         .fwht = fwht_rows, .levels4 = levels4_rows, .levels3 = levels3_rows, .nibbles = nibbles_rows,                \
-        .packed3 = packed3_rows,                                                                                     \
+        .packed3 = packed3_rows, .fwht_raw = fwht_raw_rows,                                                          \
     }
-void vt_fwht_scalar(float *x, size_t n, size_t block); /* vt_fwht_row_fn's scalar twin */
+void vt_fwht_scalar(float *x, size_t n, size_t block);     /* vt_fwht_row_fn's scalar twin */
+void vt_fwht_raw_scalar(float *x, size_t n, size_t block); /* fwht_raw's: the same butterflies, not normalized */
 /* vt_levels4_row_fn's, vt_levels3_row_fn's and vt_packed3_row_fn's scalar twins */
 void vt_levels4_scalar(const uint8_t *src, size_t n, const float *levels, float *out);
 void vt_levels3_scalar(const uint8_t *lo, const uint8_t *hi, size_t n, const float *levels, float *out);

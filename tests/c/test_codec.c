@@ -354,7 +354,7 @@ static void test_stream_alignment(void) {
     free(x), free(f0), free(f1), free(c0), free(c1);
 }
 
-/* The Walsh-Hadamard rotation (vt_fwht_row_fn) of every ISA against the scalar twin, bit for bit (a NaN only as a
+/* The Walsh-Hadamard rotation (vt_fwht_row_fn: fwht and fwht_raw) of every ISA against the scalar twin, bit for bit (a NaN only as a
  * NaN: which operand's payload an add passes on is the compiler's choice, even in the twin), over blocks of 2 to 512 (the SIMD kernels take blocks of 16 or more, the twin the rest)
  * and rows of several blocks; and the twin against the butterflies written out stage by stage in double from
  * float32 operations (each add / sub rounded to float32). */
@@ -362,6 +362,7 @@ static void test_fwht(void) {
     enum { N = 1024 };
     static float x0[N], x1[N], ref[N];
     uint32_t seed = 12345u;
+    for (int raw = 0; raw < 2; raw++) /* fwht, then fwht_raw (the same butterflies, not normalized) */
     for (size_t b = 2; b <= 512; b *= 2)
         for (size_t n = b; n <= N; n *= 4) {
             for (size_t i = 0; i < n; i++) {
@@ -381,21 +382,22 @@ static void test_fwht(void) {
                             ref[i] = a + c, ref[i + h] = a - c;
                         }
             const float norm = (float)(1.0 / sqrt((double)b));
-            for (size_t i = 0; i < n; i++) ref[i] *= norm;
+            if (!raw)
+                for (size_t i = 0; i < n; i++) ref[i] *= norm;
             memcpy(x1, x0, n * sizeof(float));
-            isa_kernels[0].fwht(x1, n, b);
+            (raw ? isa_kernels[0].fwht_raw : isa_kernels[0].fwht)(x1, n, b);
             int same = 1;
             for (size_t i = 0; i < n; i++) same &= f32_bits(x1[i]) == f32_bits(ref[i]) || (x1[i] != x1[i] && ref[i] != ref[i]);
-            CHECK(same, "fwht twin vs stage by stage: block %zu, n %zu", b, n);
+            CHECK(same, "fwht%s twin vs stage by stage: block %zu, n %zu", raw ? "_raw" : "", b, n);
             for (int k = 1; k < isa_count; k++) {
                 memcpy(ref, x1, n * sizeof(float));
                 memcpy(x1, x0, n * sizeof(float));
-                isa_kernels[k].fwht(x1, n, b);
+                (raw ? isa_kernels[k].fwht_raw : isa_kernels[k].fwht)(x1, n, b);
                 size_t bad = n;
                 for (size_t i = 0; i < n && bad == n; i++)
                     if (f32_bits(x1[i]) != f32_bits(ref[i]) && !(x1[i] != x1[i] && ref[i] != ref[i])) bad = i;
-                CHECK(bad == n, "fwht ISA %d vs twin: block %zu, n %zu: element %zu is %08x, the twin's %08x", k, b, n,
-                      bad, bad < n ? f32_bits(x1[bad]) : 0u, bad < n ? f32_bits(ref[bad]) : 0u);
+                CHECK(bad == n, "fwht%s ISA %d vs twin: block %zu, n %zu: element %zu is %08x, the twin's %08x",
+                      raw ? "_raw" : "", k, b, n, bad, bad < n ? f32_bits(x1[bad]) : 0u, bad < n ? f32_bits(ref[bad]) : 0u);
                 memcpy(x1, ref, n * sizeof(float));
             }
         }

@@ -92,6 +92,7 @@ typedef struct vt_codec_kernels {
     vt_levels3_row_fn levels3;
     vt_nibbles_row_fn nibbles;
     vt_packed3_row_fn packed3; /* new row kernels go last: an existing field keeps its offset */
+    vt_fwht_row_fn fwht_raw;   /* fwht's butterflies without the multiply by float32(1 / sqrt(block)) */
 } vt_codec_kernels;
 
 /* Kernels of the active ISA. Never NULL. */
