@@ -15,6 +15,7 @@
  * IEEE float32 one operation at a time (the build has no FP contraction).
  * min / max ignore NaN elements (fminf / fmaxf). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,12 +37,22 @@ static const uint32_t rht_sign_bits[VT_INT4_RHT_MAX / 32] = {
     0xb2e4cf05u, 0x1e32d587u, 0x237771acu, 0xc78728fdu, 0x4bee5a90u, 0x56a40da0u, 0xbb9454f0u, 0xf6680674u,
 };
 
-/* x[i] = -x[i] where sign i is -1, as a flip of the sign bit (what negation is), without a branch per element. */
+/* The sign table as one float32 sign-bit mask per element (0 or 0x80000000), built once. */
+static uint32_t rht_sign_masks[VT_INT4_RHT_MAX];
+static pthread_once_t rht_masks_once = PTHREAD_ONCE_INIT;
+
+static void build_sign_masks(void) {
+    for (int i = 0; i < VT_INT4_RHT_MAX; i++) rht_sign_masks[i] = (rht_sign_bits[i >> 5] >> (i & 31) & 1u) << 31;
+}
+
+/* x[i] = -x[i] where sign i is -1, as a flip of the sign bit (what negation is): an XOR per element, which the
+ * compiler vectorizes. */
 static void flip_signs(float *x, int64_t b) {
+    pthread_once(&rht_masks_once, build_sign_masks);
     for (int64_t i = 0; i < b; i++) {
         uint32_t u;
         memcpy(&u, &x[i], 4);
-        u ^= (rht_sign_bits[i >> 5] >> (i & 31) & 1u) << 31;
+        u ^= rht_sign_masks[i];
         memcpy(&x[i], &u, 4);
     }
 }
