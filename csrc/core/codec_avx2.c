@@ -189,10 +189,6 @@ CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2, VT_DTYPE_BF16, VT_DTYPE_F16)
 
 /* ---- the Walsh-Hadamard rotation (vt_fwht_row_fn), 8 lanes ---- */
 
-/* One butterfly stage of stride h < 8 inside a vector, given the vector q of each lane's partner (lane i ^ h):
- * the lanes whose bit h is clear take self + partner (a + c), the others partner - self (a - c), as the twin. */
-#define FWHT_IN_VECTOR(v, q, set_lanes) _mm256_blend_ps(_mm256_add_ps(v, q), _mm256_sub_ps(q, v), set_lanes)
-
 /* As vt_fwht_scalar, bit for bit: blocks of 8 or more run the strides 1-4 inside each vector and the wider ones
  * between vectors; smaller blocks take the twin. */
 T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
@@ -204,12 +200,7 @@ T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
     const __m256 norm = _mm256_set1_ps((float)(1.0 / sqrt((double)b)));
     for (size_t o = 0; o < n; o += b) {
         float *y = x + o;
-        for (size_t i = 0; i < b; i += 8) {
-            __m256 v = _mm256_loadu_ps(y + i);
-            v = FWHT_IN_VECTOR(v, _mm256_permute_ps(v, 0xB1), 0xAA);
-            v = FWHT_IN_VECTOR(v, _mm256_permute_ps(v, 0x4E), 0xCC);
-            _mm256_storeu_ps(y + i, FWHT_IN_VECTOR(v, _mm256_permute2f128_ps(v, v, 0x01), 0xF0));
-        }
+        for (size_t i = 0; i < b; i += 8) _mm256_storeu_ps(y + i, vt256_fwht8(_mm256_loadu_ps(y + i)));
         for (size_t h = 8; h < b; h *= 2)
             for (size_t i = 0; i < b; i += 2 * h)
                 for (size_t j = i; j < i + h; j += 8) {

@@ -241,13 +241,6 @@ CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2)
 
 /* ---- the Walsh-Hadamard rotation (vt_fwht_row_fn), 16 lanes ---- */
 
-/* One butterfly stage of stride h < 16 inside a vector, given the vector q of each lane's partner (lane i ^ h):
- * the lanes whose bit h is clear (m's zeros) take self + partner (a + c), the others partner - self (a - c): the
- * scalar twin's operations, operand order included. */
-T static inline __m512 fwht_in_vector(__m512 v, __m512 q, __mmask16 m) {
-    return _mm512_mask_sub_ps(_mm512_add_ps(v, q), m, q, v);
-}
-
 /* As vt_fwht_scalar, bit for bit: blocks of 16 or more run the strides 1-8 inside each vector and the wider
  * ones between vectors; smaller blocks take the twin. */
 T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
@@ -259,14 +252,7 @@ T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
     const __m512 norm = _mm512_set1_ps((float)(1.0 / sqrt((double)b)));
     for (size_t o = 0; o < n; o += b) {
         float *y = x + o;
-        for (size_t i = 0; i < b; i += 16) {
-            __m512 v = _mm512_loadu_ps(y + i);
-            /* partners: strides 1 and 2 within 128-bit lanes, 4 and 8 by swapping 128-bit lanes */
-            v = fwht_in_vector(v, _mm512_permute_ps(v, 0xB1), 0xAAAA);
-            v = fwht_in_vector(v, _mm512_permute_ps(v, 0x4E), 0xCCCC);
-            v = fwht_in_vector(v, _mm512_shuffle_f32x4(v, v, 0xB1), 0xF0F0);
-            _mm512_storeu_ps(y + i, fwht_in_vector(v, _mm512_shuffle_f32x4(v, v, 0x4E), 0xFF00));
-        }
+        for (size_t i = 0; i < b; i += 16) _mm512_storeu_ps(y + i, vt512_fwht16(_mm512_loadu_ps(y + i)));
         for (size_t h = 16; h < b; h *= 2)
             for (size_t i = 0; i < b; i += 2 * h)
                 for (size_t j = i; j < i + h; j += 16) {

@@ -24,6 +24,9 @@
 
 #if VT_X86
 #include <immintrin.h>
+
+#include "simd_avx2.h"
+#include "simd_avx512.h"
 #endif
 
 /* vLLM's RHT signs for round 0: 2 * bernoulli(0.5) - 1 from a CPU torch.Generator seeded 0x9E3779B9 (the
@@ -38,7 +41,7 @@ static const uint32_t rht_sign_bits[VT_INT4_RHT_MAX / 32] = {
 };
 
 /* The sign table as one float32 sign-bit mask per element (0 or 0x80000000), built once. */
-static uint32_t rht_sign_masks[VT_INT4_RHT_MAX];
+static _Alignas(64) uint32_t rht_sign_masks[VT_INT4_RHT_MAX];
 static pthread_once_t rht_masks_once = PTHREAD_ONCE_INIT;
 
 static void build_sign_masks(void) {
@@ -96,21 +99,28 @@ static void codes_scalar(const float *x, int64_t n, float inv, float zp, uint8_t
     }
 }
 
-/* The stored scale and the codes from the row's min and max (the step after them is the same on every ISA). */
+/* The stored scale and the codes of x[d] from its min and max (the step after them is the same on every ISA). */
+#define INT4_FROM_RANGE(CODES, x, d, mn, mx, codes, scale_out)                          \
+    do {                                                                                 \
+        const float r_ = ((mx) - (mn)) / 15.0f;                                          \
+        const float scale_ = r_ > 1e-6f ? r_ : 1e-6f; /* fmaxf(r_, 1e-6f), NaN included */ \
+        const float zp_ = code_of(-(mn) / scale_);                                       \
+        CODES((x), (d), 1.0f / scale_, zp_, (codes));                                    \
+        uint32_t bits_;                                                                  \
+        memcpy(&bits_, &scale_, 4);                                                      \
+        bits_ = (bits_ & ~0xFu) | ((uint32_t)zp_ & 0xFu);                                \
+        memcpy((scale_out), &bits_, 4);                                                  \
+    } while (0)
+
+/* A rotated row x[d] -> its codes and stored scale. */
 #define INT4_QUANTIZE(NAME, SPEC, MINMAX, CODES)                                         \
     SPEC void NAME(const float *x, int64_t d, uint8_t *codes, float *scale_out) {         \
         float mn = INFINITY, mx = -INFINITY;                                             \
         MINMAX(x, d, &mn, &mx);                                                          \
-        const float scale = fmaxf((mx - mn) / 15.0f, 1e-6f);                             \
-        const float zp = code_of(-mn / scale);                                           \
-        CODES(x, d, 1.0f / scale, zp, codes);                                            \
-        uint32_t bits;                                                                   \
-        memcpy(&bits, &scale, 4);                                                        \
-        bits = (bits & ~0xFu) | ((uint32_t)zp & 0xFu);                                   \
-        memcpy(scale_out, &bits, 4);                                                     \
+        INT4_FROM_RANGE(CODES, x, d, mn, mx, codes, scale_out);                          \
     }
 
-INT4_QUANTIZE(vt_int4_quantize_row, , minmax_scalar, codes_scalar)
+INT4_QUANTIZE(quantize_row_scalar, static, minmax_scalar, codes_scalar)
 
 #if VT_X86
 /* AVX2 / AVX-512: the same operations per element; the last n % 8 (n % 16) elements take the twins. */
@@ -148,7 +158,7 @@ VT_TARGET_AVX2 static inline void codes_avx2(const float *x, int64_t n, float in
         const int32_t b4 = _mm_cvtsi128_si32(_mm_unpacklo_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
         memcpy(codes + i / 2, &b4, 4);
     }
-    codes_scalar(x + i, n - i, inv, zp, codes + i / 2);
+    if (i < n) codes_scalar(x + i, n - i, inv, zp, codes + i / 2);
 }
 
 VT_TARGET_AVX512 static inline void minmax_avx512(const float *x, int64_t n, float *mn, float *mx) {
@@ -182,20 +192,225 @@ VT_TARGET_AVX512 static inline void codes_avx512(const float *x, int64_t n, floa
         _mm_storel_epi64((__m128i *)(void *)(codes + i / 2),
                          _mm512_cvtepi64_epi8(_mm512_or_si512(c, _mm512_srli_epi64(c, 28)))); /* c0 | c1 << 4 */
     }
-    codes_scalar(x + i, n - i, inv, zp, codes + i / 2);
+    if (i < n) codes_scalar(x + i, n - i, inv, zp, codes + i / 2);
 }
 
 INT4_QUANTIZE(quantize_row_avx2, static VT_TARGET_AVX2, minmax_avx2, codes_avx2)
 INT4_QUANTIZE(quantize_row_avx512, static VT_TARGET_AVX512, minmax_avx512, codes_avx512)
 #endif
 
-vt_int4_quantize_fn vt_int4_quantize_for(vt_isa isa) {
+/* One row step by step, each step the active codec's row kernel or the quantizer q: source -> float32, signs and
+ * butterflies, the source dtype's rounding (vLLM's `.to(key.dtype)` after the float32 rotation), min / max, codes.
+ * The scalar ISA's row, and the SIMD ISAs' for rotation blocks narrower than a vector. */
+static void store_row_steps(const void *src, int src_dtype, int64_t d, uint8_t *codes, float *scale_out,
+                            void (*q)(const float *, int64_t, uint8_t *, float *)) {
+    const vt_codec_kernels *ck = vt_codec_active();
+    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
+    _Alignas(64) uint16_t half[VT_KV_INT4_MAX_D];
+    ck->convert[src_dtype][VT_DTYPE_F32](src, buf, (size_t)d);
+    vt_int4_rht(buf, d, 0);
+    if (src_dtype != VT_DTYPE_F32) {
+        ck->convert[VT_DTYPE_F32][src_dtype](buf, half, (size_t)d);
+        ck->convert[src_dtype][VT_DTYPE_F32](half, buf, (size_t)d);
+    }
+    q(buf, d, codes, scale_out);
+}
+
+static void store_row_scalar(const void *src, int src_dtype, int64_t d, uint8_t *codes, float *scale_out) {
+    store_row_steps(src, src_dtype, d, codes, scale_out, quantize_row_scalar);
+}
+
 #if VT_X86
-    if (isa == VT_ISA_AVX512) return quantize_row_avx512;
-    if (isa == VT_ISA_AVX2) return quantize_row_avx2;
+/* The SIMD rows hold a rotation block of up to 16 vectors in registers: each vector is loaded from the source,
+ * converted, sign-flipped (an XOR with the mask table) and run through the in-vector butterflies, the wider stages
+ * run between the registers, and each result is rounded to the source dtype, taken into the min / max and written
+ * once to an L1 row buffer, which the codes then read. The operations are the steps' own, in their order: the bytes
+ * are the scalar twin's. Wider blocks (b > 16 vectors) and blocks narrower than a vector take the steps. */
+
+/* 16 source elements from element i as float32. */
+VT_TARGET_AVX512 static inline __m512 ld16_f32(const void *src, int sd, int64_t i) {
+    if (sd == VT_DTYPE_BF16) return vt512_ld_bf16((const uint16_t *)src + i, 0xFFFF);
+    if (sd == VT_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)src + i)));
+    return _mm512_loadu_ps((const float *)src + i);
+}
+
+/* v rounded to the source dtype and back, nearest even. bfloat16 needs no NaN case: a NaN lane's low 16 bits are 0
+ * (a bfloat16 NaN's payload, sign flips and sums propagate it, inf - inf makes the default NaN), so the rounding adds
+ * at most 0x8000 below them and leaves the lane as it is. */
+VT_TARGET_AVX512 static inline __m512 round_trip16(__m512 v, int sd) {
+    if (sd == VT_DTYPE_BF16) {
+        const __m512i u = _mm512_castps_si512(v);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        return _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), _mm512_set1_epi32((int)0xFFFF0000u)));
+    }
+    if (sd == VT_DTYPE_F16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return v;
+}
+
+/* The rotation block of nv vectors (a constant at every call) at source element o -> y, its range into lo / hi. */
+VT_TARGET_AVX512 static inline __attribute__((always_inline)) void block_avx512(const void *src, int sd, int64_t o,
+                                                                               const int nv, float *y, __m512 *lo,
+                                                                               __m512 *hi) {
+    __m512 v[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        const __m512i s = _mm512_load_si512((const void *)(rht_sign_masks + 16 * i));
+        v[i] = vt512_fwht16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ld16_f32(src, sd, o + 16 * i)), s)));
+    }
+#pragma GCC unroll 4
+    for (int h = 1; h < nv; h *= 2)
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++)
+            if (!(i & h)) {
+                const __m512 a = _mm512_add_ps(v[i], v[i + h]), c = _mm512_sub_ps(v[i], v[i + h]);
+                v[i] = a;
+                v[i + h] = c;
+            }
+    __m512 mn[16], mx[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        v[i] = round_trip16(v[i], sd);
+        _mm512_store_ps(y + 16 * i, v[i]);
+        mn[i] = _mm512_min_ps(v[i], *lo); /* a NaN lane gives the second operand */
+        mx[i] = _mm512_max_ps(v[i], *hi);
+    }
+#pragma GCC unroll 4
+    for (int h = 1; h < nv; h *= 2) /* a tree, not a chain (no NaN lanes are left) */
+#pragma GCC unroll 16
+        for (int i = 0; i + h < nv; i += 2 * h) {
+            mn[i] = _mm512_min_ps(mn[i], mn[i + h]);
+            mx[i] = _mm512_max_ps(mx[i], mx[i + h]);
+        }
+    *lo = mn[0];
+    *hi = mx[0];
+}
+
+#define ROW_BLOCKS(BLOCK, NV) \
+    for (int64_t o = 0; o < d; o += b) BLOCK(src, sd, o, NV, buf + o, &lo, &hi)
+
+/* The row of a source dtype sd (a constant at every call: the conversions fold away). */
+VT_TARGET_AVX512 static inline __attribute__((always_inline)) void row_avx512(const void *src, const int sd, int64_t d,
+                                                                             uint8_t *codes, float *scale_out) {
+    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
+    __m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
+    const int64_t b = vt_int4_rht_block(d);
+    switch (b) {
+    case 16: ROW_BLOCKS(block_avx512, 1); break;
+    case 32: ROW_BLOCKS(block_avx512, 2); break;
+    case 64: ROW_BLOCKS(block_avx512, 4); break;
+    case 128: ROW_BLOCKS(block_avx512, 8); break;
+    case 256: ROW_BLOCKS(block_avx512, 16); break;
+    default: store_row_steps(src, sd, d, codes, scale_out, quantize_row_avx512); return;
+    }
+    const float mn = _mm512_reduce_min_ps(lo), mx = _mm512_reduce_max_ps(hi); /* no NaN lanes */
+    INT4_FROM_RANGE(codes_avx512, buf, d, mn, mx, codes, scale_out);
+}
+
+VT_TARGET_AVX2 static inline __m256 ld8_f32(const void *src, int sd, int64_t i) {
+    if (sd == VT_DTYPE_BF16) return vt256_ld_bf16((const uint16_t *)src + i);
+    if (sd == VT_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)src + i)));
+    return _mm256_loadu_ps((const float *)src + i);
+}
+
+VT_TARGET_AVX2 static inline __m256 round_trip8(__m256 v, int sd) { /* as round_trip16 */
+    if (sd == VT_DTYPE_BF16) {
+        const __m256i u = _mm256_castps_si256(v);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        return _mm256_castsi256_ps(_mm256_and_si256(
+            _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), _mm256_set1_epi32((int)0xFFFF0000u)));
+    }
+    if (sd == VT_DTYPE_F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return v;
+}
+
+VT_TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const void *src, int sd, int64_t o,
+                                                                           const int nv, float *y, __m256 *lo,
+                                                                           __m256 *hi) {
+    __m256 v[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        const __m256 s = _mm256_castsi256_ps(_mm256_load_si256((const __m256i *)(const void *)(rht_sign_masks + 8 * i)));
+        v[i] = vt256_fwht8(_mm256_xor_ps(ld8_f32(src, sd, o + 8 * i), s));
+    }
+#pragma GCC unroll 4
+    for (int h = 1; h < nv; h *= 2)
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++)
+            if (!(i & h)) {
+                const __m256 a = _mm256_add_ps(v[i], v[i + h]), c = _mm256_sub_ps(v[i], v[i + h]);
+                v[i] = a;
+                v[i + h] = c;
+            }
+    __m256 mn[16], mx[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < nv; i++) {
+        v[i] = round_trip8(v[i], sd);
+        _mm256_store_ps(y + 8 * i, v[i]);
+        mn[i] = _mm256_min_ps(v[i], *lo); /* a NaN lane gives the second operand */
+        mx[i] = _mm256_max_ps(v[i], *hi);
+    }
+#pragma GCC unroll 4
+    for (int h = 1; h < nv; h *= 2) /* a tree, not a chain (no NaN lanes are left) */
+#pragma GCC unroll 16
+        for (int i = 0; i + h < nv; i += 2 * h) {
+            mn[i] = _mm256_min_ps(mn[i], mn[i + h]);
+            mx[i] = _mm256_max_ps(mx[i], mx[i + h]);
+        }
+    *lo = mn[0];
+    *hi = mx[0];
+}
+
+VT_TARGET_AVX2 static inline __attribute__((always_inline)) void row_avx2(const void *src, const int sd, int64_t d,
+                                                                         uint8_t *codes, float *scale_out) {
+    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
+    __m256 lo = _mm256_set1_ps(INFINITY), hi = _mm256_set1_ps(-INFINITY);
+    const int64_t b = vt_int4_rht_block(d);
+    switch (b) {
+    case 8: ROW_BLOCKS(block_avx2, 1); break;
+    case 16: ROW_BLOCKS(block_avx2, 2); break;
+    case 32: ROW_BLOCKS(block_avx2, 4); break;
+    case 64: ROW_BLOCKS(block_avx2, 8); break;
+    case 128: ROW_BLOCKS(block_avx2, 16); break;
+    default: store_row_steps(src, sd, d, codes, scale_out, quantize_row_avx2); return;
+    }
+    __m128 l = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)); /* no NaN lanes */
+    __m128 g = _mm_max_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
+    l = _mm_min_ps(l, _mm_movehl_ps(l, l));
+    g = _mm_max_ps(g, _mm_movehl_ps(g, g));
+    const float mn = _mm_cvtss_f32(_mm_min_ss(l, _mm_movehdup_ps(l))), mx = _mm_cvtss_f32(_mm_max_ss(g, _mm_movehdup_ps(g)));
+    INT4_FROM_RANGE(codes_avx2, buf, d, mn, mx, codes, scale_out);
+}
+
+/* One row function per (ISA, source dtype). */
+#define ROW_INSTANCE(NAME, TGT, ROW, SD) \
+    TGT static void NAME(const void *src, int sd, int64_t d, uint8_t *codes, float *scale_out) { \
+        (void)sd;                                                                              \
+        ROW(src, SD, d, codes, scale_out);                                                     \
+    }
+ROW_INSTANCE(row_avx512_f32, VT_TARGET_AVX512, row_avx512, VT_DTYPE_F32)
+ROW_INSTANCE(row_avx512_f16, VT_TARGET_AVX512, row_avx512, VT_DTYPE_F16)
+ROW_INSTANCE(row_avx512_bf16, VT_TARGET_AVX512, row_avx512, VT_DTYPE_BF16)
+ROW_INSTANCE(row_avx2_f32, VT_TARGET_AVX2, row_avx2, VT_DTYPE_F32)
+ROW_INSTANCE(row_avx2_f16, VT_TARGET_AVX2, row_avx2, VT_DTYPE_F16)
+ROW_INSTANCE(row_avx2_bf16, VT_TARGET_AVX2, row_avx2, VT_DTYPE_BF16)
+#undef ROW_INSTANCE
+#undef ROW_BLOCKS
+#endif
+
+vt_int4_store_row_fn vt_int4_store_row_for(vt_isa isa, int src_dtype) {
+    pthread_once(&rht_masks_once, build_sign_masks); /* the SIMD rows read the mask table without asking */
+#if VT_X86
+    static const vt_int4_store_row_fn rows[2][3] = {
+        {[VT_DTYPE_F32] = row_avx2_f32, [VT_DTYPE_F16] = row_avx2_f16, [VT_DTYPE_BF16] = row_avx2_bf16},
+        {[VT_DTYPE_F32] = row_avx512_f32, [VT_DTYPE_F16] = row_avx512_f16, [VT_DTYPE_BF16] = row_avx512_bf16},
+    };
+    if ((isa == VT_ISA_AVX2 || isa == VT_ISA_AVX512) && src_dtype >= 0 && src_dtype < 3)
+        return rows[isa == VT_ISA_AVX512][src_dtype];
 #endif
     (void)isa;
-    return vt_int4_quantize_row;
+    (void)src_dtype;
+    return store_row_scalar;
 }
 
 void vt_int4_dequant_row(const uint8_t *codes, float stored_scale, float *dst, int64_t d) {

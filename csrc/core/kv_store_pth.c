@@ -131,9 +131,8 @@ typedef struct pth_job {
     const vt_kv_store_params *p;
     const vt_dtype_info *fmt;
     vt_convert_row_fn to_f32;  /* src dtype -> float32 */
-    vt_convert_row_fn from_f32; /* float32 -> src dtype (int4's rounding of the rotated row) */
     vt_quant_row_fn fp8_codes; /* float32 -> e4m3 codes (scale 1): fp8_per_token_head */
-    vt_int4_quantize_fn int4_quantize; /* the active ISA's */
+    vt_int4_store_row_fn int4_row; /* the active ISA's (int4_per_token_head) */
     size_t src_es;
     /* One (token, head) row: its scale to scale_dst, its codes to dst (the store kernel's row writer). */
     void (*row)(const struct pth_job *j, const char *src, uint8_t *dst, char *scale_dst);
@@ -141,17 +140,8 @@ typedef struct pth_job {
 
 /* int4_per_token_head: rotate, round to the source dtype, quantize (kv_store_int4.c). D <= VT_KV_INT4_MAX_D. */
 static void store_row_int4(const pth_job *j, const char *src, uint8_t *dst, char *scale_dst) {
-    const int64_t D = j->p->head_size;
-    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
-    _Alignas(64) uint16_t half[VT_KV_INT4_MAX_D];
     float scale;
-    j->to_f32(src, buf, (size_t)D);
-    vt_int4_rht(buf, D, 0);
-    if (j->p->src_dtype != VT_DTYPE_F32) { /* vLLM's `.to(key.dtype)` after the float32 rotation */
-        j->from_f32(buf, half, (size_t)D);
-        j->to_f32(half, buf, (size_t)D);
-    }
-    j->int4_quantize(buf, D, dst, &scale);
+    j->int4_row(src, j->p->src_dtype, j->p->head_size, dst, &scale);
     memcpy(scale_dst, &scale, sizeof scale);
 }
 
@@ -248,10 +238,9 @@ static void pth_run(const vt_kv_store_params *p, int num_threads,
     j.p = p;
     j.fmt = vt_dtype_get(p->cache_dtype);
     j.to_f32 = ck->convert[p->src_dtype][VT_DTYPE_F32];
-    j.from_f32 = ck->convert[VT_DTYPE_F32][p->src_dtype];
     if (!j.fmt->is_int && j.fmt->code_dtype >= 0) j.fp8_codes = ck->quant[VT_DTYPE_F32][vt_fp8_index(j.fmt->code_dtype)];
     j.src_es = vt_dtype_get(p->src_dtype)->elem_bytes;
-    j.int4_quantize = vt_int4_quantize_for(vt_isa_active());
+    j.int4_row = vt_int4_store_row_for(vt_isa_active(), p->src_dtype);
     j.row = row;
     int64_t rows = p->num_tokens * p->num_kv_heads;
     int64_t work = rows > INT64_MAX / p->head_size ? INT64_MAX : rows * p->head_size;

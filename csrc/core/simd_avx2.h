@@ -1,6 +1,7 @@
 /* AVX2+FMA+F16C decode helpers shared by the codec row kernels
- * (codec_avx2.c) and the attention tile (attn_avx2.c): one fp8 decode and
- * one bf16 decode for both. Include only from files compiled for x86;
+ * (codec_avx2.c), the attention tile (attn_avx2.c) and the int4 store
+ * (kv_store_int4.c): one fp8 decode, one bf16 decode and one in-vector
+ * Walsh-Hadamard butterfly for all. Include only from files compiled for x86;
  * every function carries the AVX2 target attribute. */
 #ifndef VTINFER_SIMD_AVX2_H
 #define VTINFER_SIMD_AVX2_H
@@ -45,6 +46,17 @@ VT256 void vt256_bf16_split(__m256i x, __m256 *even, __m256 *odd) {
 /* Load 8 bf16 values as float32, in order, exactly. */
 VT256 __m256 vt256_ld_bf16(const void *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* The Walsh-Hadamard butterfly stages of strides 1, 2 and 4, the ones inside 8 lanes, as the scalar twin computes
+ * them (vt_fwht_scalar). One stage, given q, each lane's partner (lane i ^ h): the lanes whose bit h is clear take
+ * self + partner (a + c), the others partner - self (a - c). */
+#define VT256_FWHT_STAGE(v, q, set_lanes) _mm256_blend_ps(_mm256_add_ps(v, q), _mm256_sub_ps(q, v), set_lanes)
+
+VT256 __m256 vt256_fwht8(__m256 v) {
+    v = VT256_FWHT_STAGE(v, _mm256_permute_ps(v, 0xB1), 0xAA);
+    v = VT256_FWHT_STAGE(v, _mm256_permute_ps(v, 0x4E), 0xCC);
+    return VT256_FWHT_STAGE(v, _mm256_permute2f128_ps(v, v, 0x01), 0xF0);
 }
 
 #endif /* VT_X86 */

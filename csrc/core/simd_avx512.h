@@ -1,6 +1,7 @@
 /* AVX-512 (F+BW+VL+DQ) decode helpers shared by the codec row kernels
- * (codec_avx512.c) and the attention tile (attn_avx512.c): one fp8 decode
- * and one bf16 decode for both. Include only from files compiled for x86;
+ * (codec_avx512.c), the attention tile (attn_avx512.c) and the int4 store
+ * (kv_store_int4.c): one fp8 decode, one bf16 decode and one in-vector
+ * Walsh-Hadamard butterfly for all. Include only from files compiled for x86;
  * every function carries the AVX-512 target attribute. */
 #ifndef VTINFER_SIMD_AVX512_H
 #define VTINFER_SIMD_AVX512_H
@@ -68,6 +69,20 @@ VT512 __m512 vt512_ld_bf16(const void *p, __mmask16 m) { return vt512_bf16x16_to
 VT512 __m512 vt512_fp8x16_to_f32(__m128i c, const vt512_fp8tab *tb) {
     __m512i w = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(c)); /* upper lanes unused */
     return vt512_bf16x16_to_f32(_mm512_castsi512_si256(vt512_fp8_to_bf16(w, tb)));
+}
+
+/* The Walsh-Hadamard butterfly stages of strides 1, 2, 4 and 8, the ones inside 16 lanes, as the scalar twin
+ * computes them (vt_fwht_scalar: stages h = 1, 2, .., operand order included). One stage, given q, each lane's
+ * partner (lane i ^ h): the lanes whose bit h is clear (m's zeros) take self + partner (a + c), the others
+ * partner - self (a - c). */
+VT512 __m512 vt512_fwht_stage(__m512 v, __m512 q, __mmask16 m) { return _mm512_mask_sub_ps(_mm512_add_ps(v, q), m, q, v); }
+
+/* Partners: strides 1 and 2 within 128-bit lanes, 4 and 8 by swapping 128-bit lanes. */
+VT512 __m512 vt512_fwht16(__m512 v) {
+    v = vt512_fwht_stage(v, _mm512_permute_ps(v, 0xB1), 0xAAAA);
+    v = vt512_fwht_stage(v, _mm512_permute_ps(v, 0x4E), 0xCCCC);
+    v = vt512_fwht_stage(v, _mm512_shuffle_f32x4(v, v, 0xB1), 0xF0F0);
+    return vt512_fwht_stage(v, _mm512_shuffle_f32x4(v, v, 0x4E), 0xFF00);
 }
 
 #endif /* VT_X86 */

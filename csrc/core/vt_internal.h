@@ -149,11 +149,11 @@ int64_t vt_int4_rht_block(int64_t d);
 /* In place on x[d]: vLLM's single_rht (inverse = 0: H (s ⊙ x) per block) or its inverse without the
  * 1 / b (inverse = 1: s ⊙ (H x)). Needs vt_int4_rht_block(d) <= VT_INT4_RHT_MAX. */
 void vt_int4_rht(float *x, int64_t d, int inverse);
-/* A rotated row x[d] (d even) -> d / 2 packed code bytes and the stored scale (zero point in its low bits):
- * the scalar twin, and the quantizer an ISA runs (the same bytes). */
-typedef void (*vt_int4_quantize_fn)(const float *x, int64_t d, uint8_t *codes, float *scale_out);
-void vt_int4_quantize_row(const float *x, int64_t d, uint8_t *codes, float *scale_out);
-vt_int4_quantize_fn vt_int4_quantize_for(vt_isa isa);
+/* One (token, KV head) row of d source elements (src_dtype float32, float16 or bfloat16; d even, d <=
+ * VT_KV_INT4_MAX_D) -> rotated, rounded to the source dtype, quantized: d / 2 packed code bytes and the stored scale
+ * (zero point in its low bits). The row an ISA runs for a source dtype; every one gives the scalar twin's bytes. */
+typedef void (*vt_int4_store_row_fn)(const void *src, int src_dtype, int64_t d, uint8_t *codes, float *scale_out);
+vt_int4_store_row_fn vt_int4_store_row_for(vt_isa isa, int src_dtype);
 /* d / 2 packed bytes and a stored scale -> (code - zp) * scale, d float32 values (rotated space). */
 void vt_int4_dequant_row(const uint8_t *codes, float stored_scale, float *dst, int64_t d);
 

@@ -379,6 +379,7 @@ def env_for(root: Path) -> dict:
     env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["VTINFER_CUDA"] = "0"
+    env["VTINFER_WERROR"] = "1"  # as CI builds: a mutant whose C tests only build with warnings allowed is an ERROR here too
     if HAVE_VLLM:  # the vLLM plugin's tests may not skip under a python that has vLLM
         env["VTINFER_REQUIRE_VLLM"] = "1"
     env.pop("RECORDS_CHECKER", None)

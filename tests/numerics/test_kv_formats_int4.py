@@ -68,7 +68,9 @@ def rows(rng, n, hkv, d, src="float32"):
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("src", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("d", [64, 80, 96, 576, 1024, 6, 42])  # 6, 42: rows with a tail past the SIMD vectors
+# 6, 42: rows with a tail past the SIMD vectors; 48 .. 256: rotation blocks of 1 .. 16 vectors (held in registers),
+# 576: nine blocks of 64; 1024: a block wider than the registers hold
+@pytest.mark.parametrize("d", [48, 64, 80, 96, 128, 256, 576, 1024, 6, 42])
 def test_store_bytes_equal_numpy_twin(isa, d, src, layout):
     rng = np.random.default_rng(d)
     nb, bs, hkv, n = 3, 16, 2, 30
@@ -137,17 +139,24 @@ def test_twin_rules_by_hand():
     assert s.tolist() == [1, -1, 1, 1, -1, -1, -1, -1]  # torch 2.13's draws (the C table's first byte, 0xf2)
 
 
-@pytest.mark.parametrize("d", [32, 42])
-def test_nan_rows_equal_numpy_twin(isa, d):
-    """NaN elements: min / max ignore them (fminf / fmaxf), their codes are 0 (NVIDIA's NaN -> int 0)."""
+@pytest.mark.parametrize("src", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("d", [32, 42, 48])
+def test_nan_and_overflow_rows_equal_numpy_twin(isa, d, src):
+    """NaN elements: min / max ignore them (fminf / fmaxf), their codes are 0 (NVIDIA's NaN -> int 0). Rotated sums
+    past the source dtype's range round to +-inf (a range of inf or NaN)."""
     rng = np.random.default_rng(3)
-    k = rng.standard_normal((3, 1, d)).astype(np.float32)
-    k[0, 0, 3] = np.nan  # d 32: the rotation spreads it over the whole row; d 42 (blocks of 2): over its pair
-    k[1, 0, d - 1] = np.nan  # in the row's tail past the SIMD vectors (d 42)
+    k = rng.standard_normal((4, 1, d)).astype(np.float32)
+    k[0, 0, 3] = np.nan  # d 32: the rotation spreads it over the whole row; d 42 (blocks of 2) / 48 (of 16): its block
+    k[1, 0, d - 1] = np.nan  # in the row's tail past the SIMD vectors (d 42), in the last block (d 48)
     k[1, 0, d - 3] = np.nan  # in the last full 8-vector (d 42)
+    big = {"float32": 3e38, "bfloat16": 3e38, "float16": 6e4}[src]
+    k[2, 0, :] = big  # the rotation's sums overflow: +inf in the first lane of each block
+    k[3, 0, :] = np.where(np.arange(d) % 2, -big, big)  # mixed signs: +inf and -inf lanes in one row
+    k = k.astype(SRC[src])
     page, kc, vc, ks, vs = caches(1, 16, 1, d)
-    store(k, k, kc, vc, ks, vs, np.arange(3, dtype=np.int64))
-    check(page, kc, vc, ks, vs, k, k, np.arange(3), d, "float32")
+    store(k, k, kc, vc, ks, vs, np.arange(4, dtype=np.int64))
+    with np.errstate(over="ignore", invalid="ignore"):  # the twin's overflowing sums and inf - inf
+        check(page, kc, vc, ks, vs, k, k, np.arange(4), d, src)
 
 
 def test_page_bytes_and_plan_equal_vllm(tmp_path):
