@@ -248,63 +248,10 @@ VT_TARGET_AVX512 static inline __m512 round_trip16(__m512 v, int sd) {
     return v;
 }
 
-/* The rotation block of nv vectors (a constant at every call) at source element o -> y, its range into lo / hi. */
-VT_TARGET_AVX512 static inline __attribute__((always_inline)) void block_avx512(const void *src, int sd, int64_t o,
-                                                                               const int nv, float *y, __m512 *lo,
-                                                                               __m512 *hi) {
-    __m512 v[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        const __m512i s = _mm512_load_si512((const void *)(rht_sign_masks + 16 * i));
-        v[i] = vt512_fwht16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ld16_f32(src, sd, o + 16 * i)), s)));
-    }
-#pragma GCC unroll 4
-    for (int h = 1; h < nv; h *= 2)
-#pragma GCC unroll 16
-        for (int i = 0; i < nv; i++)
-            if (!(i & h)) {
-                const __m512 a = _mm512_add_ps(v[i], v[i + h]), c = _mm512_sub_ps(v[i], v[i + h]);
-                v[i] = a;
-                v[i + h] = c;
-            }
-    __m512 mn[16], mx[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        v[i] = round_trip16(v[i], sd);
-        _mm512_store_ps(y + 16 * i, v[i]);
-        mn[i] = _mm512_min_ps(v[i], *lo); /* a NaN lane gives the second operand */
-        mx[i] = _mm512_max_ps(v[i], *hi);
-    }
-#pragma GCC unroll 4
-    for (int h = 1; h < nv; h *= 2) /* a tree, not a chain (no NaN lanes are left) */
-#pragma GCC unroll 16
-        for (int i = 0; i + h < nv; i += 2 * h) {
-            mn[i] = _mm512_min_ps(mn[i], mn[i + h]);
-            mx[i] = _mm512_max_ps(mx[i], mx[i + h]);
-        }
-    *lo = mn[0];
-    *hi = mx[0];
-}
-
-#define ROW_BLOCKS(BLOCK, NV) \
-    for (int64_t o = 0; o < d; o += b) BLOCK(src, sd, o, NV, buf + o, &lo, &hi)
-
-/* The row of a source dtype sd (a constant at every call: the conversions fold away). */
-VT_TARGET_AVX512 static inline __attribute__((always_inline)) void row_avx512(const void *src, const int sd, int64_t d,
-                                                                             uint8_t *codes, float *scale_out) {
-    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
-    __m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
-    const int64_t b = vt_int4_rht_block(d);
-    switch (b) {
-    case 16: ROW_BLOCKS(block_avx512, 1); break;
-    case 32: ROW_BLOCKS(block_avx512, 2); break;
-    case 64: ROW_BLOCKS(block_avx512, 4); break;
-    case 128: ROW_BLOCKS(block_avx512, 8); break;
-    case 256: ROW_BLOCKS(block_avx512, 16); break;
-    default: store_row_steps(src, sd, d, codes, scale_out, quantize_row_avx512); return;
-    }
-    const float mn = _mm512_reduce_min_ps(lo), mx = _mm512_reduce_max_ps(hi); /* no NaN lanes */
-    INT4_FROM_RANGE(codes_avx512, buf, d, mn, mx, codes, scale_out);
+/* The first stages of vector i of a block at source element e: load, convert, flip signs, in-vector butterflies. */
+VT_TARGET_AVX512 static inline __m512 first16(const void *src, int sd, int64_t e, int i) {
+    const __m512i s = _mm512_load_si512((const void *)(rht_sign_masks + 16 * i));
+    return vt512_fwht16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(ld16_f32(src, sd, e)), s)));
 }
 
 VT_TARGET_AVX2 static inline __m256 ld8_f32(const void *src, int sd, int64_t i) {
@@ -324,63 +271,81 @@ VT_TARGET_AVX2 static inline __m256 round_trip8(__m256 v, int sd) { /* as round_
     return v;
 }
 
-VT_TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const void *src, int sd, int64_t o,
-                                                                           const int nv, float *y, __m256 *lo,
-                                                                           __m256 *hi) {
-    __m256 v[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        const __m256 s = _mm256_castsi256_ps(_mm256_load_si256((const __m256i *)(const void *)(rht_sign_masks + 8 * i)));
-        v[i] = vt256_fwht8(_mm256_xor_ps(ld8_f32(src, sd, o + 8 * i), s));
-    }
-#pragma GCC unroll 4
-    for (int h = 1; h < nv; h *= 2)
-#pragma GCC unroll 16
-        for (int i = 0; i < nv; i++)
-            if (!(i & h)) {
-                const __m256 a = _mm256_add_ps(v[i], v[i + h]), c = _mm256_sub_ps(v[i], v[i + h]);
-                v[i] = a;
-                v[i + h] = c;
-            }
-    __m256 mn[16], mx[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < nv; i++) {
-        v[i] = round_trip8(v[i], sd);
-        _mm256_store_ps(y + 8 * i, v[i]);
-        mn[i] = _mm256_min_ps(v[i], *lo); /* a NaN lane gives the second operand */
-        mx[i] = _mm256_max_ps(v[i], *hi);
-    }
-#pragma GCC unroll 4
-    for (int h = 1; h < nv; h *= 2) /* a tree, not a chain (no NaN lanes are left) */
-#pragma GCC unroll 16
-        for (int i = 0; i + h < nv; i += 2 * h) {
-            mn[i] = _mm256_min_ps(mn[i], mn[i + h]);
-            mx[i] = _mm256_max_ps(mx[i], mx[i + h]);
-        }
-    *lo = mn[0];
-    *hi = mx[0];
+VT_TARGET_AVX2 static inline __m256 first8(const void *src, int sd, int64_t e, int i) {
+    const __m256 s = _mm256_castsi256_ps(_mm256_load_si256((const __m256i *)(const void *)(rht_sign_masks + 8 * i)));
+    return vt256_fwht8(_mm256_xor_ps(ld8_f32(src, sd, e), s));
 }
 
-VT_TARGET_AVX2 static inline __attribute__((always_inline)) void row_avx2(const void *src, const int sd, int64_t d,
-                                                                         uint8_t *codes, float *scale_out) {
-    _Alignas(64) float buf[VT_KV_INT4_MAX_D];
-    __m256 lo = _mm256_set1_ps(INFINITY), hi = _mm256_set1_ps(-INFINITY);
-    const int64_t b = vt_int4_rht_block(d);
-    switch (b) {
-    case 8: ROW_BLOCKS(block_avx2, 1); break;
-    case 16: ROW_BLOCKS(block_avx2, 2); break;
-    case 32: ROW_BLOCKS(block_avx2, 4); break;
-    case 64: ROW_BLOCKS(block_avx2, 8); break;
-    case 128: ROW_BLOCKS(block_avx2, 16); break;
-    default: store_row_steps(src, sd, d, codes, scale_out, quantize_row_avx2); return;
-    }
-    __m128 l = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)); /* no NaN lanes */
-    __m128 g = _mm_max_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
+VT_TARGET_AVX2 static inline float hmin8(__m256 v) { /* no NaN lanes */
+    __m128 l = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     l = _mm_min_ps(l, _mm_movehl_ps(l, l));
-    g = _mm_max_ps(g, _mm_movehl_ps(g, g));
-    const float mn = _mm_cvtss_f32(_mm_min_ss(l, _mm_movehdup_ps(l))), mx = _mm_cvtss_f32(_mm_max_ss(g, _mm_movehdup_ps(g)));
-    INT4_FROM_RANGE(codes_avx2, buf, d, mn, mx, codes, scale_out);
+    return _mm_cvtss_f32(_mm_min_ss(l, _mm_movehdup_ps(l)));
 }
+
+VT_TARGET_AVX2 static inline float hmax8(__m256 v) {
+    __m128 g = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    g = _mm_max_ps(g, _mm_movehl_ps(g, g));
+    return _mm_cvtss_f32(_mm_max_ss(g, _mm_movehdup_ps(g)));
+}
+
+/* The rotation block of nv vectors of W lanes (nv a constant at every call) at source element o -> y, its range
+ * into lo / hi. */
+#define INT4_BLOCK(NAME, TGT, VEC, W, FIRST, ADD, SUB, ROUND, STORE, MIN, MAX)                                   \
+    TGT static inline __attribute__((always_inline)) void NAME(const void *src, int sd, int64_t o, const int nv,  \
+                                                               float *y, VEC *lo, VEC *hi) {                      \
+        VEC v[16], mn[16], mx[16];                                                                                 \
+        _Pragma("GCC unroll 16") for (int i = 0; i < nv; i++) v[i] = FIRST(src, sd, o + W * i, i);               \
+        _Pragma("GCC unroll 4") for (int h = 1; h < nv; h *= 2) /* the stages between registers */               \
+            _Pragma("GCC unroll 16") for (int i = 0; i < nv; i++) if (!(i & h)) {                                \
+                const VEC a = ADD(v[i], v[i + h]), c = SUB(v[i], v[i + h]);                                       \
+                v[i] = a;                                                                                          \
+                v[i + h] = c;                                                                                      \
+            }                                                                                                      \
+        _Pragma("GCC unroll 16") for (int i = 0; i < nv; i++) {                                                   \
+            v[i] = ROUND(v[i], sd);                                                                                \
+            STORE(y + W * i, v[i]);                                                                                \
+            mn[i] = MIN(v[i], *lo); /* a NaN lane gives the second operand */                                      \
+            mx[i] = MAX(v[i], *hi);                                                                                \
+        }                                                                                                          \
+        _Pragma("GCC unroll 4") for (int h = 1; h < nv; h *= 2) /* a tree, not a chain (no NaN lanes are left) */ \
+            _Pragma("GCC unroll 16") for (int i = 0; i + h < nv; i += 2 * h) {                                    \
+                mn[i] = MIN(mn[i], mn[i + h]);                                                                     \
+                mx[i] = MAX(mx[i], mx[i + h]);                                                                     \
+            }                                                                                                      \
+        *lo = mn[0];                                                                                               \
+        *hi = mx[0];                                                                                               \
+    }
+
+#define ROW_BLOCKS(BLOCK, NV) \
+    for (int64_t o = 0; o < d; o += b) BLOCK(src, sd, o, NV, buf + o, &lo, &hi)
+
+/* The row of a source dtype sd (a constant at every call: the conversions fold away): blocks of 1 to 16 vectors
+ * in registers, others by the steps. */
+#define INT4_ROW(NAME, TGT, VEC, W, BLOCK, SET1, HMIN, HMAX, QUANTIZE, CODES)                                      \
+    TGT static inline __attribute__((always_inline)) void NAME(const void *src, const int sd, int64_t d,          \
+                                                               uint8_t *codes, float *scale_out) {                \
+        _Alignas(64) float buf[VT_KV_INT4_MAX_D];                                                                  \
+        VEC lo = SET1(INFINITY), hi = SET1(-INFINITY);                                                             \
+        const int64_t b = vt_int4_rht_block(d);                                                                    \
+        switch (b) {                                                                                               \
+        case W: ROW_BLOCKS(BLOCK, 1); break;                                                                       \
+        case 2 * W: ROW_BLOCKS(BLOCK, 2); break;                                                                   \
+        case 4 * W: ROW_BLOCKS(BLOCK, 4); break;                                                                   \
+        case 8 * W: ROW_BLOCKS(BLOCK, 8); break;                                                                   \
+        case 16 * W: ROW_BLOCKS(BLOCK, 16); break;                                                                 \
+        default: store_row_steps(src, sd, d, codes, scale_out, QUANTIZE); return;                                  \
+        }                                                                                                          \
+        const float mn = HMIN(lo), mx = HMAX(hi);                                                                  \
+        INT4_FROM_RANGE(CODES, buf, d, mn, mx, codes, scale_out);                                                  \
+    }
+
+INT4_BLOCK(block_avx512, VT_TARGET_AVX512, __m512, 16, first16, _mm512_add_ps, _mm512_sub_ps, round_trip16,
+           _mm512_store_ps, _mm512_min_ps, _mm512_max_ps)
+INT4_BLOCK(block_avx2, VT_TARGET_AVX2, __m256, 8, first8, _mm256_add_ps, _mm256_sub_ps, round_trip8, _mm256_store_ps,
+           _mm256_min_ps, _mm256_max_ps)
+INT4_ROW(row_avx512, VT_TARGET_AVX512, __m512, 16, block_avx512, _mm512_set1_ps, _mm512_reduce_min_ps,
+         _mm512_reduce_max_ps, quantize_row_avx512, codes_avx512)
+INT4_ROW(row_avx2, VT_TARGET_AVX2, __m256, 8, block_avx2, _mm256_set1_ps, hmin8, hmax8, quantize_row_avx2, codes_avx2)
 
 /* One row function per (ISA, source dtype). */
 #define ROW_INSTANCE(NAME, TGT, ROW, SD) \
