@@ -37,20 +37,17 @@
 static inline int pv_pos(int e) { return ((e >> 2) & 1) * 16 + (e >> 3) * 4 + (e & 3); }
 
 /* 32 elements (lanes outside m read 0) of a bf16, fp8, int8 or int4 row as 32 bf16 values, in order
- * (int4: the 16 bytes at src, element 2i the low nibble of byte i, minus the zero point zp). */
-TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, float zp) {
+ * (int4: the 16 bytes at src, element 2i the low nibble of byte i, minus the key's zero point: looked up in zt,
+ * int4_table's). */
+TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt) {
     if (dt == VT_DTYPE_BF16) return _mm512_maskz_loadu_epi16(m, src);
-    if (dt == VT_DTYPE_INT4_PTH) { /* code - zp in -15..15: exact in bf16 */
+    if (dt == VT_DTYPE_INT4_PTH) {
         const int nb = __builtin_popcount((unsigned)m) / 2; /* m: the chunk's first elements; 2 per byte */
         const __mmask16 mb = nb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nb) - 1u);
-        const __m256i w = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mb, src));
-        /* each 16-bit lane (byte b) -> bytes (b & 0xF, b >> 4): the 32 codes in element order */
-        const __m256i c = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0xF)),
-                                          _mm256_slli_epi16(_mm256_srli_epi16(w, 4), 8));
-        const __m512 z = _mm512_set1_ps(zp);
-        const __m512 lo = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c))), z);
-        const __m512 hi = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c, 1))), z);
-        return _mm512_maskz_mov_epi16(m, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)); /* past D: 0, not -zp */
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mb, src)); /* byte i in dword i */
+        /* dword i: the low nibble in its low 16 bits, the high nibble in its high 16: (b | b << 12) & 0x000F000F */
+        const __m512i c = _mm512_ternarylogic_epi32(b, _mm512_slli_epi32(b, 12), _mm512_set1_epi32(0x000F000F), 0xA8);
+        return _mm512_maskz_permutexvar_epi16(m, c, zt); /* past D: 0, not -zp */
     }
     if (dt == VT_DTYPE_INT8_PTH) { /* |code| <= 128: exact in float32 and in bf16 */
         const __m256i x = _mm256_maskz_loadu_epi8(m, src);
@@ -92,15 +89,23 @@ TB static AI void tr16x16(__m512i r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
+/* The bf16 values code - zp of the 16 int4 codes (words 0-15), for ld32: integers in -15..15, exact. */
+TB static AI __m512i int4_table(float zp) {
+    const __m512 c = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_zextsi256_si512((__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(c, _mm512_set1_ps(zp))));
+}
+
 /* Kt[c * 16 + i] (i < 16) = pair c * 16 + i of the nk keys at kp[] (keys past nk, elements past D: 0);
  * cb bytes per 32-element chunk; zp the keys' int4 zero points (0 for other dtypes). */
 TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *kp, int nk, int D, int cb,
                         const float *zp, int NC, __m512i *Kt) {
+    __m512i zt[KB];
+    for (int jj = 0; jj < KB; jj++) zt[jj] = dt == VT_DTYPE_INT4_PTH ? int4_table(zp[jj]) : _mm512_setzero_si512();
     for (int c = 0; c < NC; c++) {
         __m512i r[16];
         const __mmask32 mk = vt512_chunk_mask(D, c);
         for (int jj = 0; jj < KB; jj++)
-            r[jj] = jj < nk ? ld32(dt, kp[jj] + (size_t)c * cb, mk, tb, zp[jj]) : _mm512_setzero_si512();
+            r[jj] = jj < nk ? ld32(dt, kp[jj] + (size_t)c * cb, mk, tb, zt[jj]) : _mm512_setzero_si512();
         tr16x16(r);
         VT_UNROLL
         for (int i = 0; i < 16; i++) _mm512_storeu_si512(Kt + c * 16 + i, r[i]);
@@ -111,11 +116,13 @@ TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *cons
 TB static void build_vt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *vp, int nk, int D, int cb,
                         const float *zp, int NC, __m512i *Vt) {
     const int NVt = 2 * NC;
+    __m512i zt[KB];
+    for (int jj = 0; jj < KB; jj++) zt[jj] = dt == VT_DTYPE_INT4_PTH ? int4_table(zp[jj]) : _mm512_setzero_si512();
     for (int k = 0; 2 * k < nk; k++)
         for (int c = 0; c < NC; c++) {
             const __mmask32 mk = vt512_chunk_mask(D, c);
-            __m512i x = ld32(dt, vp[2 * k] + (size_t)c * cb, mk, tb, zp[2 * k]);
-            __m512i y = 2 * k + 1 < nk ? ld32(dt, vp[2 * k + 1] + (size_t)c * cb, mk, tb, zp[2 * k + 1])
+            __m512i x = ld32(dt, vp[2 * k] + (size_t)c * cb, mk, tb, zt[2 * k]);
+            __m512i y = 2 * k + 1 < nk ? ld32(dt, vp[2 * k + 1] + (size_t)c * cb, mk, tb, zt[2 * k + 1])
                                        : _mm512_setzero_si512();
             _mm512_storeu_si512(Vt + k * NVt + 2 * c, _mm512_unpacklo_epi16(x, y));
             _mm512_storeu_si512(Vt + k * NVt + 2 * c + 1, _mm512_unpackhi_epi16(x, y));
