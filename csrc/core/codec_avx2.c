@@ -189,32 +189,8 @@ CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2, VT_DTYPE_BF16, VT_DTYPE_F16)
 
 /* ---- the Walsh-Hadamard rotation (vt_fwht_row_fn), 8 lanes ---- */
 
-/* As vt_fwht_scalar, bit for bit: blocks of 8 or more run the strides 1-4 inside each vector and the wider ones
- * between vectors; smaller blocks take the twin. */
-T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
-    if (b < 8 || b % 8 || n % b) {
-        if (normalize) vt_fwht_scalar(x, n, b);
-        else vt_fwht_raw_scalar(x, n, b);
-        return;
-    }
-    const __m256 norm = _mm256_set1_ps((float)(1.0 / sqrt((double)b)));
-    for (size_t o = 0; o < n; o += b) {
-        float *y = x + o;
-        for (size_t i = 0; i < b; i += 8) _mm256_storeu_ps(y + i, vt256_fwht8(_mm256_loadu_ps(y + i)));
-        for (size_t h = 8; h < b; h *= 2)
-            for (size_t i = 0; i < b; i += 2 * h)
-                for (size_t j = i; j < i + h; j += 8) {
-                    const __m256 lo = _mm256_loadu_ps(y + j), hi = _mm256_loadu_ps(y + j + h);
-                    _mm256_storeu_ps(y + j, _mm256_add_ps(lo, hi));
-                    _mm256_storeu_ps(y + j + h, _mm256_sub_ps(lo, hi));
-                }
-        if (normalize)
-            for (size_t i = 0; i < b; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), norm));
-    }
-}
-
-T static void fwht_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 1); }
-T static void fwht_raw_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 0); }
+VT_FWHT_ROWS(T, __m256, 8, vt256_fwht8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_sub_ps,
+             _mm256_mul_ps, _mm256_set1_ps)
 
 /* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn, vt_packed3_row_fn), 8 lanes ---- */
 

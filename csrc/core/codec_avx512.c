@@ -241,32 +241,8 @@ CONVERT(c_bf16_f16, ld_bf16, 2, st_f16, 2)
 
 /* ---- the Walsh-Hadamard rotation (vt_fwht_row_fn), 16 lanes ---- */
 
-/* As vt_fwht_scalar, bit for bit: blocks of 16 or more run the strides 1-8 inside each vector and the wider
- * ones between vectors; smaller blocks take the twin. */
-T static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {
-    if (b < 16 || b % 16 || n % b) {
-        if (normalize) vt_fwht_scalar(x, n, b);
-        else vt_fwht_raw_scalar(x, n, b);
-        return;
-    }
-    const __m512 norm = _mm512_set1_ps((float)(1.0 / sqrt((double)b)));
-    for (size_t o = 0; o < n; o += b) {
-        float *y = x + o;
-        for (size_t i = 0; i < b; i += 16) _mm512_storeu_ps(y + i, vt512_fwht16(_mm512_loadu_ps(y + i)));
-        for (size_t h = 16; h < b; h *= 2)
-            for (size_t i = 0; i < b; i += 2 * h)
-                for (size_t j = i; j < i + h; j += 16) {
-                    const __m512 lo = _mm512_loadu_ps(y + j), hi = _mm512_loadu_ps(y + j + h);
-                    _mm512_storeu_ps(y + j, _mm512_add_ps(lo, hi));
-                    _mm512_storeu_ps(y + j + h, _mm512_sub_ps(lo, hi));
-                }
-        if (normalize)
-            for (size_t i = 0; i < b; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), norm));
-    }
-}
-
-T static void fwht_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 1); }
-T static void fwht_raw_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 0); }
+VT_FWHT_ROWS(T, __m512, 16, vt512_fwht16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_sub_ps,
+             _mm512_mul_ps, _mm512_set1_ps)
 
 /* ---- level lookups of packed codes (vt_levels4_row_fn, vt_levels3_row_fn, vt_packed3_row_fn), 16 lanes ---- */
 

@@ -124,23 +124,29 @@ INT4_QUANTIZE(quantize_row_scalar, static, minmax_scalar, codes_scalar)
 
 #if VT_X86
 /* AVX2 / AVX-512: the same operations per element; the last n % 8 (n % 16) elements take the twins. */
-VT_TARGET_AVX2 static inline void minmax_avx2(const float *x, int64_t n, float *mn, float *mx) {
-    __m256 lo = _mm256_set1_ps(INFINITY), hi = _mm256_set1_ps(-INFINITY);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        lo = _mm256_min_ps(v, lo); /* a NaN lane gives the second operand */
-        hi = _mm256_max_ps(v, hi);
+/* min / max of n values, W lanes at a time (the lanes keep no NaN: min_ps / max_ps give their second operand). */
+#define INT4_MINMAX(NAME, TGT, VEC, W, SET1, LOADU, STORE, MIN, MAX)                                            \
+    TGT static inline void NAME(const float *x, int64_t n, float *mn, float *mx) {                              \
+        VEC lo = SET1(INFINITY), hi = SET1(-INFINITY);                                                          \
+        int64_t i = 0;                                                                                          \
+        for (; i + W <= n; i += W) {                                                                            \
+            const VEC v = LOADU(x + i);                                                                         \
+            lo = MIN(v, lo);                                                                                    \
+            hi = MAX(v, hi);                                                                                    \
+        }                                                                                                       \
+        _Alignas(64) float l[W], h[W];                                                                          \
+        STORE(l, lo);                                                                                           \
+        STORE(h, hi);                                                                                           \
+        for (int k = 0; k < W; k++) { /* the lanes' minima and maxima */                                        \
+            *mn = l[k] < *mn ? l[k] : *mn;                                                                      \
+            *mx = h[k] > *mx ? h[k] : *mx;                                                                      \
+        }                                                                                                       \
+        minmax_scalar(x + i, n - i, mn, mx);                                                                    \
     }
-    _Alignas(32) float l[8], h[8];
-    _mm256_store_ps(l, lo);
-    _mm256_store_ps(h, hi);
-    for (int k = 0; k < 8; k++) { /* the lanes' minima and maxima (no NaN among them) */
-        *mn = l[k] < *mn ? l[k] : *mn;
-        *mx = h[k] > *mx ? h[k] : *mx;
-    }
-    minmax_scalar(x + i, n - i, mn, mx);
-}
+INT4_MINMAX(minmax_avx2, VT_TARGET_AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps, _mm256_store_ps, _mm256_min_ps,
+            _mm256_max_ps)
+INT4_MINMAX(minmax_avx512, VT_TARGET_AVX512, __m512, 16, _mm512_set1_ps, _mm512_loadu_ps, _mm512_store_ps,
+            _mm512_min_ps, _mm512_max_ps)
 
 VT_TARGET_AVX2 static inline void codes_avx2(const float *x, int64_t n, float inv, float zp, uint8_t *codes) {
     const __m256 vi = _mm256_set1_ps(inv), vz = _mm256_set1_ps(zp), half = _mm256_set1_ps(0.5f),
@@ -159,24 +165,6 @@ VT_TARGET_AVX2 static inline void codes_avx2(const float *x, int64_t n, float in
         memcpy(codes + i / 2, &b4, 4);
     }
     if (i < n) codes_scalar(x + i, n - i, inv, zp, codes + i / 2);
-}
-
-VT_TARGET_AVX512 static inline void minmax_avx512(const float *x, int64_t n, float *mn, float *mx) {
-    __m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        lo = _mm512_min_ps(v, lo); /* a NaN lane gives the second operand */
-        hi = _mm512_max_ps(v, hi);
-    }
-    _Alignas(64) float l[16], h[16];
-    _mm512_store_ps(l, lo);
-    _mm512_store_ps(h, hi);
-    for (int k = 0; k < 16; k++) { /* the lanes' minima and maxima (no NaN among them) */
-        *mn = l[k] < *mn ? l[k] : *mn;
-        *mx = h[k] > *mx ? h[k] : *mx;
-    }
-    minmax_scalar(x + i, n - i, mn, mx);
 }
 
 VT_TARGET_AVX512 static inline void codes_avx512(const float *x, int64_t n, float inv, float zp, uint8_t *codes) {

@@ -55,6 +55,34 @@ extern const vt_codec_kernels vt_codec_avx512;
     }
 void vt_fwht_scalar(float *x, size_t n, size_t block);     /* vt_fwht_row_fn's scalar twin */
 void vt_fwht_raw_scalar(float *x, size_t n, size_t block); /* fwht_raw's: the same butterflies, not normalized */
+/* A SIMD ISA's Walsh-Hadamard rows (fwht_rows, fwht_raw_rows for VT_CODEC_TABLE_INIT) from its W-lane vector type
+ * and ops, IN_VECTOR the butterfly stages inside one vector: as vt_fwht_scalar (or its raw twin), bit for bit:
+ * blocks of W or more run the strides below W inside each vector and the wider ones between vectors; smaller blocks
+ * take the twin. */
+#define VT_FWHT_ROWS(TGT, VEC, W, IN_VECTOR, LOADU, STOREU, ADD, SUB, MUL, SET1)                                     \
+    TGT static inline void fwht_body(float *x, size_t n, size_t b, int normalize) {                                  \
+        if (b < W || b % W || n % b) {                                                                               \
+            if (normalize) vt_fwht_scalar(x, n, b);                                                                  \
+            else vt_fwht_raw_scalar(x, n, b);                                                                        \
+            return;                                                                                                  \
+        }                                                                                                            \
+        const VEC norm = SET1((float)(1.0 / sqrt((double)b)));                                                       \
+        for (size_t o = 0; o < n; o += b) {                                                                          \
+            float *y = x + o;                                                                                        \
+            for (size_t i = 0; i < b; i += W) STOREU(y + i, IN_VECTOR(LOADU(y + i)));                                \
+            for (size_t h = W; h < b; h *= 2)                                                                        \
+                for (size_t i = 0; i < b; i += 2 * h)                                                                \
+                    for (size_t j = i; j < i + h; j += W) {                                                          \
+                        const VEC lo = LOADU(y + j), hi = LOADU(y + j + h);                                          \
+                        STOREU(y + j, ADD(lo, hi));                                                                  \
+                        STOREU(y + j + h, SUB(lo, hi));                                                              \
+                    }                                                                                                \
+            if (normalize)                                                                                           \
+                for (size_t i = 0; i < b; i += W) STOREU(y + i, MUL(LOADU(y + i), norm));                           \
+        }                                                                                                            \
+    }                                                                                                                \
+    TGT static void fwht_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 1); }                               \
+    TGT static void fwht_raw_rows(float *x, size_t n, size_t b) { fwht_body(x, n, b, 0); }
 /* vt_levels4_row_fn's, vt_levels3_row_fn's and vt_packed3_row_fn's scalar twins */
 void vt_levels4_scalar(const uint8_t *src, size_t n, const float *levels, float *out);
 void vt_levels3_scalar(const uint8_t *lo, const uint8_t *hi, size_t n, const float *levels, float *out);
