@@ -654,10 +654,9 @@ static void test_slot_refusals(void) {
     problem_free(&pb);
 }
 
-/* Each ISA's table holds that ISA's own kernels: forcing an ISA must run its
- * codec row kernels and its attention tile, not another ISA's (the reference
- * comparison above would pass with any correct tile). */
-static void test_dispatch_tables(void) {
+/* The attention tiles of table k (ISA isa; bf16dot: the table of a CPU with AVX512-BF16): every format holds its
+ * ISA's instance for it or its read family's tile, none for the formats attention cannot read. */
+static void check_tiles(const vt_kernels *k, int isa, int bf16dot) {
     /* the family tile of each ISA; NULL: the ISA has one instance per format instead (AVX2) */
     static const vt_attn_tile_fn tiles[] = {
         vt_attn_tile_scalar,
@@ -665,6 +664,44 @@ static void test_dispatch_tables(void) {
         NULL, vt_attn_tile_avx512,
 #endif
     };
+    vt_attn_tile_fn want = tiles[isa];
+    vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head */
+#if VT_X86
+    if (bf16dot) want = want4 = vt_attn_tile_avx512bf16; /* the pair-dot tile, for every format it reads */
+#endif
+    for (int d = 0; d < VT_DTYPE_COUNT; d++) {
+        vt_read_family f = vt_dtype_get(d)->read_family;
+        vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_INT4_ROTATED ? want4 : want;
+        if (f == VT_READ_SLOTS) { /* one slot tile on every ISA: it runs the ISA's float32 tile per chunk */
+            CHECK(k->attn_tile[d] == vt_attn_tile_slots, "table of %s: %s holds another tile than the slot tile",
+                  isa_names[isa], vt_dtype_get(d)->name);
+            continue;
+        }
+#if VT_X86
+        /* plain AVX-512 reads the per-token-head formats with the AVX2 instances, and with VBMI every
+         * fp8-decoded format (fp8_per_token_head included) with the byte-lookup instances */
+        if (isa == VT_ISA_AVX512 && !bf16dot && vt_attn_tiles_avx2_for_avx512[d]) w = vt_attn_tiles_avx2[d];
+        const int dec = vt_dtype_decoder(d);
+        if (isa == VT_ISA_AVX512 && !bf16dot && f == VT_READ_ELEMENTS && vt_cpu_get()->avx512vbmi &&
+            (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
+            w = vt_attn_tile_avx512vbmi;
+        if (isa == VT_ISA_AVX2 && f != VT_READ_NONE) {
+            w = vt_attn_tiles_avx2[d];
+            CHECK(w != NULL, "AVX2 has no tile instance for %s", vt_dtype_get(d)->name);
+            for (int e = 0; e < d; e++) /* one instance per format: the decoder is each one's constant */
+                CHECK(vt_attn_tiles_avx2[e] != w, "AVX2: %s and %s share a tile instance", vt_dtype_get(e)->name,
+                      vt_dtype_get(d)->name);
+        }
+#endif
+        CHECK(k->attn_tile[d] == w, "table of %s%s: %s holds another tile", isa_names[isa],
+              bf16dot ? " (AVX512-BF16)" : "", vt_dtype_get(d)->name);
+    }
+}
+
+/* Each ISA's table holds that ISA's own kernels: forcing an ISA must run its
+ * codec row kernels and its attention tile, not another ISA's (the reference
+ * comparison above would pass with any correct tile). */
+static void test_dispatch_tables(void) {
     static const vt_codec_kernels *codecs[] = {
         &vt_codec_scalar,
 #if VT_X86
@@ -676,41 +713,10 @@ static void test_dispatch_tables(void) {
         const vt_kernels *k = vt_kernels_active();
         CHECK(k->isa == (vt_isa)isa && vt_isa_active() == (vt_isa)isa, "table of %s says isa %d", isa_names[isa],
               (int)k->isa);
-        vt_attn_tile_fn want = tiles[isa];
-        vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head */
         const int bf16dot = isa == VT_ISA_AVX512 && vt_cpu_get()->avx512bf16;
-        (void)bf16dot; /* read on x86 only */
-#if VT_X86
-        if (bf16dot) want = want4 = vt_attn_tile_avx512bf16; /* the pair-dot tile, for every format it reads */
-#endif
-        /* (ISA x format): every format holds its ISA's instance for it or its read family's tile, none for
-         * the formats attention cannot read */
-        for (int d = 0; d < VT_DTYPE_COUNT; d++) {
-            vt_read_family f = vt_dtype_get(d)->read_family;
-            vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_INT4_ROTATED ? want4 : want;
-            if (f == VT_READ_SLOTS) { /* one slot tile on every ISA: it runs the ISA's float32 tile per chunk */
-                CHECK(k->attn_tile[d] == vt_attn_tile_slots, "table of %s: %s holds another tile than the slot tile",
-                      isa_names[isa], vt_dtype_get(d)->name);
-                continue;
-            }
-#if VT_X86
-            /* plain AVX-512 reads the per-token-head formats with the AVX2 instances, and with VBMI every
-             * fp8-decoded format (fp8_per_token_head included) with the byte-lookup instances */
-            if (isa == VT_ISA_AVX512 && !bf16dot && vt_attn_tiles_avx2_for_avx512[d]) w = vt_attn_tiles_avx2[d];
-            const int dec = vt_dtype_decoder(d);
-            if (isa == VT_ISA_AVX512 && !bf16dot && f == VT_READ_ELEMENTS && vt_cpu_get()->avx512vbmi &&
-                (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
-                w = vt_attn_tile_avx512vbmi;
-            if (isa == VT_ISA_AVX2 && f != VT_READ_NONE) {
-                w = vt_attn_tiles_avx2[d];
-                CHECK(w != NULL, "AVX2 has no tile instance for %s", vt_dtype_get(d)->name);
-                for (int e = 0; e < d; e++) /* one instance per format: the decoder is each one's constant */
-                    CHECK(vt_attn_tiles_avx2[e] != w, "AVX2: %s and %s share a tile instance", vt_dtype_get(e)->name,
-                          vt_dtype_get(d)->name);
-            }
-#endif
-            CHECK(k->attn_tile[d] == w, "table of %s: %s holds another tile", isa_names[isa], vt_dtype_get(d)->name);
-        }
+        check_tiles(k, isa, bf16dot);
+        /* a CPU with AVX512-BF16 also runs the table without it: the pair-dot tile hands it the items it leaves */
+        if (bf16dot) check_tiles(vt_kernels_table(VT_ISA_AVX512, 0), isa, 0);
         CHECK(k->codec == codecs[isa] && vt_codec_active() == codecs[isa], "table of %s holds another ISA's codec",
               isa_names[isa]);
         for (int s = 0; s < 3; s++)
