@@ -26,8 +26,7 @@ T static inline void st_f16(void *p, __m256 v) {
 }
 T static inline void st_bf16(void *p, __m256 v) {
     __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    __m256i r = _mm256_srli_epi32(vt256_bf16_rne(u), 16);
     __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
     __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
     __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));

@@ -22,8 +22,7 @@ T static inline __m512 ld_f16(const void *p, __mmask16 m) {
 /* float32 -> bfloat16 bits in 32-bit lanes, nearest even, NaN quietened. */
 T static inline __m256i bf16_bits(__m512 v) {
     __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    __m512i r = _mm512_srli_epi32(vt512_bf16_rne(u), 16);
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
                                             _mm512_set1_epi32(0x7F800000));
     __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));

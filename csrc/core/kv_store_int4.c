@@ -226,12 +226,9 @@ VT_TARGET_AVX512 static inline __m512 ld16_f32(const void *src, int sd, int64_t 
  * (a bfloat16 NaN's payload, sign flips and sums propagate it, inf - inf makes the default NaN), so the rounding adds
  * at most 0x8000 below them and leaves the lane as it is. */
 VT_TARGET_AVX512 static inline __m512 round_trip16(__m512 v, int sd) {
-    if (sd == VT_DTYPE_BF16) {
-        const __m512i u = _mm512_castps_si512(v);
-        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        return _mm512_castsi512_ps(_mm512_and_si512(
-            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), _mm512_set1_epi32((int)0xFFFF0000u)));
-    }
+    if (sd == VT_DTYPE_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_and_si512(vt512_bf16_rne(_mm512_castps_si512(v)), _mm512_set1_epi32((int)0xFFFF0000u)));
     if (sd == VT_DTYPE_F16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     return v;
 }
@@ -249,12 +246,9 @@ VT_TARGET_AVX2 static inline __m256 ld8_f32(const void *src, int sd, int64_t i) 
 }
 
 VT_TARGET_AVX2 static inline __m256 round_trip8(__m256 v, int sd) { /* as round_trip16 */
-    if (sd == VT_DTYPE_BF16) {
-        const __m256i u = _mm256_castps_si256(v);
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        return _mm256_castsi256_ps(_mm256_and_si256(
-            _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), _mm256_set1_epi32((int)0xFFFF0000u)));
-    }
+    if (sd == VT_DTYPE_BF16)
+        return _mm256_castsi256_ps(
+            _mm256_and_si256(vt256_bf16_rne(_mm256_castps_si256(v)), _mm256_set1_epi32((int)0xFFFF0000u)));
     if (sd == VT_DTYPE_F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     return v;
 }

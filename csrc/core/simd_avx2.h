@@ -43,6 +43,13 @@ VT256 void vt256_bf16_split(__m256i x, __m256 *even, __m256 *odd) {
     *odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
+/* float32 bits rounded to bfloat16, nearest even, in the high 16 bits of each lane (the low 16 bits are left
+ * over). A NaN is not quietened: a caller whose NaN may carry payload bits only below bit 16 tests for it. */
+VT256 __m256i vt256_bf16_rne(__m256i u) {
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+}
+
 /* Load 8 bf16 values as float32, in order, exactly. */
 VT256 __m256 vt256_ld_bf16(const void *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));

@@ -57,6 +57,12 @@ VT512 void vt512_bf16_split(__m512i x, __m512 *even, __m512 *odd) {
     *odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
 }
 
+/* float32 bits rounded to bfloat16, nearest even, in the high 16 bits of each lane (as vt256_bf16_rne). */
+VT512 __m512i vt512_bf16_rne(__m512i u) {
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+}
+
 /* 16 bf16 values (16-bit lanes of x) to float32 in order, exactly. */
 VT512 __m512 vt512_bf16x16_to_f32(__m256i x) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
