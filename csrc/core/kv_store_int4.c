@@ -156,9 +156,7 @@ VT_TARGET_AVX2 static inline void codes_avx2(const float *x, int64_t n, float in
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi), vz);
-        const __m256 ge = _mm256_cmp_ps(t, zero, _CMP_GE_OQ);
-        __m256 r = _mm256_blendv_ps(_mm256_sub_ps(t, half), _mm256_add_ps(t, half), ge);
-        r = _mm256_min_ps(_mm256_max_ps(r, zero), top); /* NaN -> 0 (max_ps gives its second operand) */
+        const __m256 r = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, half), zero), top); /* see codes_avx512 */
         const __m256i c = _mm256_cvttps_epi32(r);
         const __m256i w = _mm256_shuffle_epi8(_mm256_or_si256(c, _mm256_srli_epi64(c, 28)), pick); /* c0 | c1 << 4 */
         const int32_t b4 = _mm_cvtsi128_si32(_mm_unpacklo_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
@@ -173,9 +171,9 @@ VT_TARGET_AVX512 static inline void codes_avx512(const float *x, int64_t n, floa
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vi), vz);
-        const __mmask16 ge = _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ);
-        __m512 r = _mm512_mask_add_ps(_mm512_sub_ps(t, half), ge, t, half);
-        r = _mm512_min_ps(_mm512_max_ps(r, zero), top); /* NaN -> 0 (max_ps gives its second operand) */
+        /* code_of's t - 0.5 for t < 0 is left out: t + 0.5 < 0.5 there too, so the clamp and the truncation give 0
+         * either way. NaN -> 0 (max_ps gives its second operand). */
+        const __m512 r = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(t, half), zero), top);
         const __m512i c = _mm512_cvttps_epi32(r);
         _mm_storel_epi64((__m128i *)(void *)(codes + i / 2),
                          _mm512_cvtepi64_epi8(_mm512_or_si512(c, _mm512_srli_epi64(c, 28)))); /* c0 | c1 << 4 */
