@@ -431,10 +431,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     for (int r = 0; r < rows; r++) {
         float *o = acc + (size_t)r * D;
         for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)] * dec_unit(dt);
-        if (i4) { /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
-            vt_int4_rht(o, D, 1);
-            for (int d = 0; d < D; d++) o[d] /= b4;
-        }
+        if (i4) vt_int4_rht_back(o, D); /* linear, so before the merge of partials */
     }
 }
 

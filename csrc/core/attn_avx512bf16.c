@@ -363,10 +363,7 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
     for (int r = 0; r < rows; r++) {
         float *o = acc + (size_t)r * D;
         for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / 32) * 32 + pv_pos(d % 32)];
-        if (int4) { /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
-            vt_int4_rht(o, D, 1);
-            for (int d = 0; d < D; d++) o[d] /= b4;
-        }
+        if (int4) vt_int4_rht_back(o, D); /* linear, so before the merge of partials */
     }
 }
 

@@ -129,11 +129,8 @@ static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, f
             for (int d = 0; d < D; d++) acc[r * D + d] += pv * vf[d];
         }
     }
-    if (int4) /* back from the rotated space: s ⊙ (H acc) / b (linear, so before the merge of partials) */
-        for (int64_t r = 0; r < rows; r++) {
-            vt_int4_rht(acc + r * D, D, 1);
-            for (int d = 0; d < D; d++) acc[r * D + d] /= b4;
-        }
+    if (int4) /* back from the rotated space (linear, so before the merge of partials) */
+        for (int64_t r = 0; r < rows; r++) vt_int4_rht_back(acc + r * D, D);
 }
 
 void vt_attn_tile_scalar(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,

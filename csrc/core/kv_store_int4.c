@@ -74,6 +74,12 @@ void vt_int4_rht(float *x, int64_t d, int inverse) {
     }
 }
 
+void vt_int4_rht_back(float *x, int64_t d) {
+    vt_int4_rht(x, d, 1);
+    const float b = (float)vt_int4_rht_block(d); /* a power of two: x / b is exact where x * (1 / b) is */
+    for (int64_t i = 0; i < d; i++) x[i] /= b;
+}
+
 /* int32(t) as NVIDIA's cvt.rzi.s32.f32: truncation, saturating, NaN -> 0; then clamp [0, 15]. Selects, not
  * branches (codes fall either side at random): NaN fails t > 0 and becomes 0; the clamp leaves [0, 15]. */
 static float code_of(float t) {

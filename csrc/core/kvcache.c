@@ -325,8 +325,7 @@ vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const in
     if (rotated && !int4)
         return vt_error_set(err, VT_ERR_VALUE, "%s: rotated must be False for dtype '%s' (only int4_per_token_head "
                             "stores rotated codes); got True", fn, vt_dtype_get(c->cfg.dtype)->name);
-    /* int4: the inverse of the store's rotation, s ⊙ (H y) / b per block (1 / b is a power of two). */
-    const float inv_b = int4 ? 1.0f / (float)vt_int4_rht_block(c->cfg.head_size) : 1.0f;
+    /* int4: the inverse of the store's rotation (vt_int4_rht_back). */
     const int64_t bs = c->cfg.block_size, H = c->cfg.num_kv_heads, D = c->cfg.head_size;
     const int64_t limit = bs * c->cfg.num_blocks; /* fits: the allocation exists */
     for (int64_t i = 0; i < n; i++)
@@ -350,10 +349,7 @@ vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const in
                     memcpy(&sc, (const char *)sd.base + b * sd.stride_block + o * sd.stride_slot + h * sd.stride_head,
                            sizeof sc);
                     vt_pth_dequant_row(c->cfg.dtype, (const uint8_t *)src, dst, D, sc);
-                    if (int4 && !rotated) {
-                        vt_int4_rht(dst, D, 1);
-                        for (int64_t e = 0; e < D; e++) dst[e] *= inv_b;
-                    }
+                    if (int4 && !rotated) vt_int4_rht_back(dst, D);
                 } else if (f >= 0) {
                     k->dequant[f][VT_DTYPE_F32]((const uint8_t *)src, dst, (size_t)D, scales[h]);
                 } else {
