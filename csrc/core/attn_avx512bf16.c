@@ -170,13 +170,9 @@ TB static AI void pv_vecs(const int R, const int NV, const int LO, float *const 
     __m512 a[2][8];
     VT_UNROLL
     for (int r = 0; r < R; r++) {
+        const __m512 al = _mm512_set1_ps(alpha[r]);
         VT_UNROLL
-        for (int v = 0; v < NV; v++) a[r][v] = _mm512_loadu_ps(acc[r] + 16 * v);
-        if (alpha[r] != 1.0f) { /* x * 1 is x (NaN, inf and -0 too): a block that keeps the row's max skips it */
-            const __m512 al = _mm512_set1_ps(alpha[r]);
-            VT_UNROLL
-            for (int v = 0; v < NV; v++) a[r][v] = _mm512_mul_ps(a[r][v], al);
-        }
+        for (int v = 0; v < NV; v++) a[r][v] = _mm512_mul_ps(_mm512_loadu_ps(acc[r] + 16 * v), al);
     }
     for (; pm; pm &= pm - 1) {
         const int k = __builtin_ctz(pm);
