@@ -33,6 +33,32 @@ def test_missing_key_and_missing_dir(tmp_path):
         Decoder.from_pretrained(tmp_path / "nope")
 
 
+def test_config_is_read_as_checkpoint_discovery_reads_it(tmp_path):
+    """from_dir reads only a regular config.json inside the directory, as JSON object, or names the file."""
+    from vtinfer import ConfigError
+
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps(tiny_config()))
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").symlink_to(outside)
+    with pytest.raises(ConfigError, match="must resolve inside the model directory"):
+        DecoderConfig.from_dir(d)
+    (d / "config.json").unlink()
+    os.mkfifo(d / "config.json")  # open() of a FIFO would block: refused before it is opened
+    with pytest.raises(ConfigError, match="must be a regular file; got a FIFO"):
+        DecoderConfig.from_dir(d)
+    (d / "config.json").unlink()
+    (d / "config.json").write_text('{"model_type": "llama",\n  "vocab_size": }')
+    with pytest.raises(ConfigError, match="config.json"):
+        DecoderConfig.from_dir(d)
+    (d / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must hold a JSON object; got list"):
+        DecoderConfig.from_dir(d)
+    (d / "config.json").write_text(json.dumps(tiny_config()))
+    assert DecoderConfig.from_dir(d) == DecoderConfig.from_dict(tiny_config())
+
+
 def test_missing_tensor(tmp_path):
     from safetensors.numpy import load_file, save_file
 

@@ -28,7 +28,7 @@ tensor-parallel loader divides by).
 
 from __future__ import annotations
 
-import json
+import copy
 import os
 import shutil
 from dataclasses import dataclass
@@ -115,7 +115,7 @@ def write_calibrated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, c
     ct = per_head or fmt == "compressed-tensors"
     src = Path(model_dir)
     ck = vt.Checkpoint(src)
-    cfg = json.loads(ck.config_path.read_text(encoding="utf-8"))
+    cfg = copy.deepcopy(ck.config)  # as the checkpoint read it (regular, inside, bounded); not read twice
     ks, vs = cal.scales(per_head)
     tensors: dict[str, np.ndarray] = {}
     for i in range(len(ks)):

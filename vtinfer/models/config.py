@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,11 +95,21 @@ class DecoderConfig:
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike) -> "DecoderConfig":
-        p = Path(path) / "config.json"
-        if not p.is_file():
+        """The configuration in ``path/config.json``, read as checkpoint discovery reads it: a regular file
+        (never a FIFO or device) that resolves inside ``path``, at most ``MAX_JSON_BYTES``, one JSON object.
+        FileNotFoundError without it; ConfigError (a ValueError) naming the file otherwise."""
+        from vtinfer._C import ConfigError, json_loads
+        from vtinfer._fileio import check_inside, display, read_regular
+
+        root = Path(path)
+        p = root / "config.json"
+        if not root.is_dir() or not os.path.lexists(p):
             raise FileNotFoundError(
                 f"DecoderConfig: path must be a checkpoint directory with config.json; got '{path}'")
-        cfg = json.loads(p.read_text(encoding="utf-8"))
+        check_inside(p, root, f"DecoderConfig: {p}")
+        cfg = json_loads(read_regular(p, what=f"DecoderConfig: {p}"), display(p))
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"DecoderConfig: {p} must hold a JSON object; got {type(cfg).__name__}")
         try:
             return cls.from_dict(cfg)
         except KeyError as e:
