@@ -201,50 +201,78 @@ def _data(seed, n=64, H=2, D=64):
 
 
 def _cache(dtype="fp8_e4m3"):
+    if dtype.endswith("per_token_head"):  # its scales are per (token, head), in the cache's own planes
+        return vt.PagedKVCache(num_layers=2, num_blocks=64, block_size=16, num_kv_heads=2, head_size=64, dtype=dtype)
     return vt.PagedKVCache(num_layers=2, num_blocks=64, block_size=16, num_kv_heads=2, head_size=64, dtype=dtype,
                            k_scale=np.array([0.5, 2.0], np.float32), v_scale=np.array([1.5, 0.25], np.float32))
 
 
+def _planes(c, layer):
+    """The arrays a store writes for one layer: codes, and the per-token-head scale planes where the format has them."""
+    out = [c.key_cache(layer), c.value_cache(layer)]
+    if c.dtype.endswith("per_token_head"):
+        out += [c.k_scale_cache(layer), c.v_scale_cache(layer)]
+    return out
+
+
 def _bytes(c):
-    return b"".join(c.key_cache(layer).tobytes() + c.value_cache(layer).tobytes() for layer in range(c.num_layers))
+    return b"".join(a.tobytes() for layer in range(c.num_layers) for a in _planes(c, layer))
 
 
-@pytest.mark.parametrize("dtype", ["fp8_e4m3", "bfloat16"])
+def _slot_bytes(c, layer, slots):
+    """The bytes of the given slots only (every plane is [block, slot in block, ...])."""
+    b, o = np.divmod(np.asarray(slots), c.block_size)
+    return b"".join(a[b, o].tobytes() for a in _planes(c, layer))
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "bfloat16", "int4_per_token_head"])
 def test_store_separate_caches_threads_equal_serial(dtype):
+    """8 threads, each storing into its own cache, again and again: every repetition into a fresh cache is
+    compared with the serial bytes (a later repetition must not hide an earlier race)."""
     jobs = [(_data(i), np.random.default_rng(100 + i).permutation(1024)[:64]) for i in range(THREADS)]
-    serial = []
-    for (k, v), slots in jobs:
+
+    def run(i):
+        (k, v), slots = jobs[i]
         c = _cache(dtype)
         for layer in range(2):
             c.store(layer, k, v, slots, num_threads=2)
-        serial.append(_bytes(c))
-    caches = [_cache(dtype) for _ in range(THREADS)]
+        return _bytes(c)
+
+    serial = [run(i) for i in range(THREADS)]
 
     def job(i):
-        (k, v), slots = jobs[i]
-        for _ in range(20):  # repeat: overlap the threads for longer
-            for layer in range(2):
-                caches[i].store(layer, k, v, slots, num_threads=2)
-        return _bytes(caches[i])
+        for rep in range(20):  # repeat: overlap the threads for longer
+            got = run(i)
+            if got != serial[i]:
+                return f"thread {i}: repetition {rep} differs from the serial bytes"
+        return "same"
 
-    got = _run_threads([lambda i=i: job(i) for i in range(THREADS)])
-    assert got == serial
+    assert _run_threads([lambda i=i: job(i) for i in range(THREADS)]) == ["same"] * THREADS
 
 
 def test_store_shared_cache_disjoint_slots_threads_equal_serial():
+    """8 threads store disjoint slots of one cache; before each repetition a thread zeroes its own slots and
+    after it compares them with the serial bytes, so every repetition is checked."""
     perm = np.random.default_rng(7).permutation(1024)
     jobs = [(_data(i), perm[i * 64:(i + 1) * 64], i % 2) for i in range(THREADS)]
     ref = _cache()
     for (k, v), slots, layer in jobs:
         ref.store(layer, k, v, slots, num_threads=1)
+    want = [_slot_bytes(ref, layer, slots) for _, slots, layer in jobs]
     shared = _cache()
 
     def job(i):
         (k, v), slots, layer = jobs[i]
-        for _ in range(20):
+        b, o = np.divmod(slots, shared.block_size)
+        for rep in range(20):
+            for a in _planes(shared, layer):
+                a[b, o] = 0
             shared.store(layer, k, v, slots, num_threads=2)
+            if _slot_bytes(shared, layer, slots) != want[i]:
+                return f"thread {i}: repetition {rep} differs from the serial bytes"
+        return "same"
 
-    _run_threads([lambda i=i: job(i) for i in range(THREADS)])
+    assert _run_threads([lambda i=i: job(i) for i in range(THREADS)]) == ["same"] * THREADS
     assert _bytes(shared) == _bytes(ref)
 
 
