@@ -177,8 +177,8 @@ int64_t vt_int4_rht_block(int64_t d);
 /* In place on x[d]: vLLM's single_rht (inverse = 0: H (s ⊙ x) per block) or its inverse without the
  * 1 / b (inverse = 1: s ⊙ (H x)). Needs vt_int4_rht_block(d) <= VT_INT4_RHT_MAX. */
 void vt_int4_rht(float *x, int64_t d, int inverse);
-/* x[d] from the rotated space back to the model's basis, normalized: s ⊙ (H x) / b per block of b = vt_int4_rht_block(d)
- * (H H = b I). The attention tiles' outputs and the cache's gather end with it. */
+/* x[d] from the rotated space back to the model's basis, normalized: s ⊙ (H x) / b per block of
+ * b = vt_int4_rht_block(d) (H H = b I). The attention tiles' outputs and the cache's gather end with it. */
 void vt_int4_rht_back(float *x, int64_t d);
 /* One (token, KV head) row of d source elements (src_dtype float32, float16 or bfloat16; d even, d <=
  * VT_KV_INT4_MAX_D) -> rotated, rounded to the source dtype, quantized: d / 2 packed code bytes and the stored scale
