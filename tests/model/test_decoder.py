@@ -111,6 +111,27 @@ def test_decode_equals_prefill_logits(tiny_dirs):
     assert s.length == 30
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_repr_says_what_the_model_and_session_hold(tiny_dirs, model_type):
+    """The counts in the reprs come from the checkpoint's own tensors (safetensors), not from the decoder."""
+    from safetensors.numpy import load_file
+
+    d = tiny_dirs[model_type]
+    tensors = load_file(str(d / "model.safetensors"))
+    m = Decoder.from_pretrained(d)
+    c = m.config
+    want = sum(a.size for name, a in tensors.items()
+               if not (name == "lm_head.weight" and c.tie_word_embeddings) and name.startswith(("model.", "lm_head")))
+    assert m.num_parameters() == want
+    r = repr(m)
+    assert r.startswith(f"Decoder({d.name!r}: {model_type}, {c.num_layers} layers, {c.num_heads} query heads / "
+                        f"{c.num_kv_heads} KV heads of {c.head_dim}, vocab {c.vocab_size}, {want:,} float32 "), r
+    assert f"tokenizer {type(m.tokenizer).__name__})" in r
+    s = m.session("fp8_e4m3", max_tokens=40, block_size=16, k_scale=0.1, v_scale=0.1)
+    s.prefill(np.arange(7))
+    assert repr(s) == f"Session({d.name!r}, kv_cache_dtype='fp8_e4m3', sequence 0: 7 of 48 tokens, num_threads=None)"
+
+
 def test_bad_tokens_raise_index_error_and_write_nothing(tiny_dirs):
     m = Decoder.from_pretrained(tiny_dirs["llama"])
     s = m.session("float32", max_tokens=16)

@@ -153,6 +153,20 @@ class Decoder:
             ))
         self.inv_freq = rope_inv_freq(c)
 
+    def num_parameters(self) -> int:
+        """float32 parameters held (a tied ``lm_head`` counted once)."""
+        arrays = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
+        for layer in self.layers:
+            arrays += [a for a in vars(layer).values() if isinstance(a, np.ndarray)]
+        return sum(int(a.size) for a in arrays)
+
+    def __repr__(self) -> str:
+        c, n = self.config, self.num_parameters()
+        tok = type(self.tokenizer).__name__ if self.tokenizer is not None else "none"
+        return (f"Decoder({self.name!r}: {c.model_type}, {c.num_layers} layers, {c.num_heads} query heads / "
+                f"{c.num_kv_heads} KV heads of {c.head_dim}, vocab {c.vocab_size}, {n:,} float32 parameters "
+                f"({4 * n / 2**20:.1f} MiB), tokenizer {tok})")
+
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "Decoder":
         """Load ``config.json``, the safetensors shards and ``tokenizer.json``
@@ -435,6 +449,10 @@ class Session:
     def length(self) -> int:
         """Tokens of sequence 0 in the cache."""
         return self.alloc.length(0)
+
+    def __repr__(self) -> str:
+        return (f"Session({self.model.name!r}, kv_cache_dtype={self.kv_cache_dtype!r}, sequence 0: {self.length} of "
+                f"{self.cache.num_blocks * self.cache.block_size} tokens, num_threads={self.num_threads})")
 
     def prefill(self, tokens: Any, *, last_only: bool = False) -> np.ndarray:
         """Append ``tokens`` and return their logits ``[n, vocab]`` (``[1, vocab]`` with ``last_only``)."""
