@@ -61,6 +61,7 @@ T static AI __m256 tanh8(__m256 x) {
 }
 
 #include "attn_dec_avx2.h"
+#include "attn_lanes_avx2.h"
 
 /* One vector whose lane j is the sum of the 8 lanes of s[8 j ...]. */
 T static AI __m256 reduce8(const float *s) {
@@ -159,6 +160,11 @@ T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const fl
 /* Rows per group up to which P V decodes V in place for each row; more rows decode each V row once. */
 #define PV_DIRECT_ROWS 2
 
+/* Groups of at least this many rows, a multiple of 8, run the lanes form (attn_lanes_avx2.h). */
+#ifndef LANES_MIN_ROWS
+#define LANES_MIN_ROWS 8
+#endif
+
 #ifndef PF_BLOCKS
 #define PF_BLOCKS 8 /* prefetch distance in key blocks (of 8 keys), into L2 (measured: Results, AVX2 prefetch) */
 #endif
@@ -171,6 +177,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     const int Dp = (D + CH - 1) / CH * CH;
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
+    const int lanes = rg >= LANES_MIN_ROWS && rg % 8 == 0;
     /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
      * K scale into its logit and its V scale into its weight, as the AVX-512 tile does. */
     const int i4 = dt == VT_DTYPE_INT4_PTH;
@@ -184,9 +191,12 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     float *vbuf = P + (size_t)rg * KB;   /* KB * Dp decoded V rows */
     float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
     float *alpha = tmp + Dp;             /* rg */
+    float *kbuf = alpha + rg;            /* lanes form: KB * Dp decoded K rows */
+    int32_t *la = (int32_t *)(kbuf + (size_t)KB * Dp), *lb = la + rg; /* lanes form: visible keys of the block */
+    float *slopes = (float *)(lb + rg), *dist0 = slopes + rg;          /* lanes form, ALiBi */
     int pos[CH];
     for (int e = 0; e < CH; e++) pos[e] = chunk_pos(dt, e);
-    vt_attn_rows_init(p, it, rows, rg, D, Dp, i4, CH, pos, qp, ap, tmp, m, l);
+    vt_attn_rows_init(p, it, rows, rg, D, Dp, i4, CH, pos, lanes, qp, ap, tmp, m, l);
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap;
@@ -218,6 +228,13 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         vt_attn_key_offsets(p, it, j0, nk, ko, vo);
         if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
+        if (lanes) /* each row's visible keys of the block, relative to j0 and clamped to [-1, KB + 1] */
+            for (int r = 0; r < rg; r++) {
+                const int64_t qi = r / G, a = lo[qi] - j0, z = hi[qi] - j0;
+                la[r] = (int32_t)(a < -1 ? -1 : (a > KB + 1 ? KB + 1 : a));
+                lb[r] = (int32_t)(z < -1 ? -1 : (z > KB + 1 ? KB + 1 : z));
+                if (p->alibi_slopes) dist0[r] = (float)(j0 - (base + it->q0 + qi));
+            }
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
             for (int jj = 0; jj < npf; jj++) kq[jj] = (const uint8_t *)p->k + (int64_t)g * p->k_stride_head + kpf[jj];
@@ -243,6 +260,29 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                 }
                 mul = _mm256_mul_ps(mul, _mm256_loadu_ps(kscale)); /* softmax_scale * ks_j, per key */
                 vmul = _mm256_loadu_ps(vscale);
+            }
+            if (lanes) {
+                if (pf_per_key) {
+                    vt_attn_prefetch_head(p->k, p->k_stride_head, g, kpf, npf, row_bytes);
+                    vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
+                }
+                if (fin) {
+                    dec_rows(E4M3_FINITE, kp, kz, nk, NC, D, Dp, esz, kbuf);
+                    dec_rows(E4M3_FINITE, vp, vz, nk, NC, D, Dp, esz, vbuf);
+                } else {
+                    dec_rows(dt, kp, kz, nk, NC, D, Dp, esz, kbuf);
+                    dec_rows(dt, vp, vz, nk, NC, D, Dp, esz, vbuf);
+                }
+                if (nk < KB) memset(kbuf + (size_t)nk * Dp, 0, (size_t)(KB - nk) * Dp * 4);
+                float mk[KB], vk[KB];
+                _mm256_storeu_ps(mk, mul);
+                _mm256_storeu_ps(vk, vmul);
+                if (p->alibi_slopes)
+                    for (int r = 0; r < rg; r++) slopes[r] = p->alibi_slopes[g * G + r % G];
+                const lanes_soft sp = {mk, pth ? vk : NULL, dec_unit(dt), cap, nk, la, lb,
+                                       p->alibi_slopes ? slopes : NULL, dist0};
+                lanes_block(&sp, qp + (size_t)gi * rg * Dp, ag, rg, mg, lg, S, P, kbuf, vbuf, Dp);
+                continue;
             }
             for (int r0 = 0; r0 < rg; r0 += 4) {
                 int R = rg - r0 < 4 ? rg - r0 : 4;
@@ -312,7 +352,10 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     }
     for (int r = 0; r < rows; r++) {
         float *o = acc + (size_t)r * D;
-        for (int d = 0; d < D; d++) o[d] = ap[(size_t)r * Dp + (d / CH) * CH + chunk_pos(dt, d % CH)] * dec_unit(dt);
+        /* element (r, pd) of the accumulators: row-major, or in the lanes form transposed per group */
+        const size_t r0 = lanes ? (size_t)(r / rg) * rg * Dp + (size_t)(r % rg) : (size_t)r * Dp;
+        const size_t es = lanes ? (size_t)rg : 1;
+        for (int d = 0; d < D; d++) o[d] = ap[r0 + ((size_t)(d / CH) * CH + chunk_pos(dt, d % CH)) * es] * dec_unit(dt);
         if (i4) vt_int4_rht_back(o, D); /* linear, so before the merge of partials */
     }
 }

@@ -174,7 +174,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     const fp8tab tb = fp8_tables(dt);
     int pos[64];
     for (int e = 0; e < U; e++) pos[e] = chunk_pos(dt, e);
-    vt_attn_rows_init(p, it, rows, rg, D, Dp, 0, U, pos, qp, ap, tmp, m, l);
+    vt_attn_rows_init(p, it, rows, rg, D, Dp, 0, U, pos, 0, qp, ap, tmp, m, l);
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
     const float cap = p->softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;

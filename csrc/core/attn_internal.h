@@ -282,19 +282,22 @@ static inline const uint8_t *vt_attn_q_row(const vt_attn_params *p, const vt_att
 }
 
 /* A SIMD tile's rows set up for its key loop: row r's query (vt_attn_q_row, as float32 through tmp, D floats;
- * rotated by vt_attn_int4_rotate_q when i4) at qp + r * Dp in the tile's element order (element d at
- * (d / unit) * unit + pos[d % unit]), zero in the padding; its accumulator row of ap zeroed; m = -inf, l = 0. */
+ * rotated by vt_attn_int4_rotate_q when i4) in the tile's element order (element d at pd = (d / unit) * unit +
+ * pos[d % unit]), zero in the padding, at qp + r * Dp + pd, or with tr (each group's rows transposed, the rows
+ * in lanes) at qp + (r / rg) * rg * Dp + pd * rg + r % rg; the accumulators (rows * Dp at ap) zeroed; m = -inf,
+ * l = 0. */
 static inline void vt_attn_rows_init(const vt_attn_params *p, const vt_attn_item *it, int rows, int rg, int D, int Dp,
-                                     int i4, int unit, const int *pos, float *qp, float *ap, float *tmp, float *m,
-                                     float *l) {
+                                     int i4, int unit, const int *pos, int tr, float *qp, float *ap, float *tmp,
+                                     float *m, float *l) {
     const int G = p->num_heads / p->num_kv_heads;
+    memset(qp, 0, (size_t)rows * Dp * 4);
+    memset(ap, 0, (size_t)rows * Dp * 4);
     for (int r = 0; r < rows; r++) {
         vt_attn_load_q(p, vt_attn_q_row(p, it, r, rg, G), tmp, D);
         if (i4) vt_attn_int4_rotate_q(p, tmp, D);
-        float *qr = qp + (size_t)r * Dp;
-        memset(qr, 0, (size_t)Dp * 4);
-        memset(ap + (size_t)r * Dp, 0, (size_t)Dp * 4);
-        for (int d = 0; d < D; d++) qr[(d / unit) * unit + pos[d % unit]] = tmp[d];
+        const size_t r0 = tr ? (size_t)(r / rg) * rg * Dp + (size_t)(r % rg) : (size_t)r * Dp;
+        const size_t es = tr ? (size_t)rg : 1;
+        for (int d = 0; d < D; d++) qp[r0 + ((size_t)(d / unit) * unit + pos[d % unit]) * es] = tmp[d];
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }

@@ -18,6 +18,7 @@ import pytest
 import vtinfer as vt
 
 ISAS = ("scalar", "avx2", "avx512")
+FLOAT = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 
 
 def _paged(k_len, H_kv, D, bs, rng, scale=1.0):
@@ -148,7 +149,7 @@ def test_k_descale_times_scale_beyond_float32_stays_finite(isa):
 @pytest.mark.parametrize("code", [0x7F, 0xFF])
 @pytest.mark.parametrize("where", ["k", "v"])
 @pytest.mark.parametrize("D", [64, 80, 128])
-@pytest.mark.parametrize("G", [1, 2, 4])
+@pytest.mark.parametrize("G", [1, 2, 4, 8])
 def test_e4m3_nan_code_in_a_visible_key_gives_nan_for_its_heads(isa, fmt, code, where, D, G):
     """An e4m3 NaN code (0x7F / 0xFF) in a visible key's K or V row is a NaN for the rows of that KV head
     (vLLM decodes it to NaN); the other KV head's rows equal the same cache without the NaN, exactly. 0x7F sits
@@ -161,7 +162,7 @@ def test_e4m3_nan_code_in_a_visible_key_gives_nan_for_its_heads(isa, fmt, code, 
     kw = {}
     if fmt == "fp8_per_token_head":  # the same codes under per-token-head scales of 1
         kw = dict(k_scale_cache=np.ones(k8.shape[:3], np.float32), v_scale_cache=np.ones(k8.shape[:3], np.float32))
-    q = rng.standard_normal((1, H_kv * G, D)).astype(ml_dtypes.bfloat16)  # G 4: the pair-dot tile where it exists
+    q = rng.standard_normal((1, H_kv * G, D)).astype(ml_dtypes.bfloat16)  # G >= 4: the pair-dot tile where it exists
     clean, clean_lse = _run(q, k8, v8, bt, k_len, fmt, **kw)
     bad = (k8 if where == "k" else v8).copy()
     bad[bt[0, 1], 3, 1, D // 2 + 1 if code == 0x7F else D - 1] = code  # key 19 (visible), KV head 1, one element
@@ -169,3 +170,28 @@ def test_e4m3_nan_code_in_a_visible_key_gives_nan_for_its_heads(isa, fmt, code, 
     assert np.isnan(out[0, G:]).all() if where == "k" else np.isnan(out[0, G:]).any(), \
         f"{isa}: KV head 1's rows are {out[0, G:, :4]}"
     np.testing.assert_array_equal(out[0, :G], clean[0, :G], err_msg=f"{isa}: KV head 0 changed")
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+@pytest.mark.parametrize("where", ["k", "v"])
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+@pytest.mark.parametrize("G", [1, 4, 8])
+def test_non_finite_in_a_key_a_row_does_not_see_leaves_that_row_alone(isa, value, where, kv, G):
+    """A causal prefill whose last key holds an inf or a NaN in K or V (one element): only the last query sees
+    that key, so every other query's rows equal the same cache without it (a zero weight adds no 0 . inf = NaN,
+    whatever layout a tile keeps its rows in: GQA 8 and prefill tiles run the AVX2 tile's lanes form); the last
+    query's rows are non-finite where V holds it."""
+    rng = np.random.default_rng(G + (where == "v"))
+    bs, k_len, H_kv, D, T = 16, 45, 2, 64, 12
+    kf, vf, bt = _paged(k_len, H_kv, D, bs, rng)
+    k, v = kf.astype(FLOAT[kv]), vf.astype(FLOAT[kv])
+    q = rng.standard_normal((T, H_kv * G, D)).astype(np.float32)
+    clean, _ = _run(q, k, v, bt, k_len, causal=True)
+    bad = (k if where == "k" else v).copy()
+    last = k_len - 1
+    bad[bt[0, last // bs], last % bs, 1, D // 3] = value
+    out, _ = _run(q, bad if where == "k" else k, bad if where == "v" else v, bt, k_len, causal=True)
+    assert np.isfinite(out[:-1]).all(), f"{isa}: rows that do not see the key are {out[:-1][~np.isfinite(out[:-1])][:4]}"
+    np.testing.assert_allclose(out[:-1], clean[:-1], rtol=1e-5, atol=1e-6, err_msg=f"{isa}: unseen key changed a row")
+    if where == "v":
+        assert not np.isfinite(out[-1, G:]).all(), f"{isa}: the last query's KV head 1 rows stayed finite"
