@@ -71,6 +71,19 @@ def test_options(isa, name, kv):
     check_close(out, lse, args, kw, what=f"{isa} {name} {kv}")
 
 
+@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+def test_options_on_groups_of_8k_rows(isa, name, kv):
+    """Every option where each sequence's rows per KV head (queries x 4 heads) are a multiple of 8 (the AVX2
+    tile's lanes form), with windows starting inside a block of keys."""
+    rng = np.random.default_rng(len(name) * 17 + len(kv))
+    args = make_case(rng, q_lens=[2, 8, 4], k_lens=[43, 8, 301], H=8, Hkv=2, D=64, block_size=16,
+                     kv_cache_dtype=kv)
+    kw = dict(OPTIONS[name], kv_cache_dtype=kv)
+    out, lse = run(args, kw)
+    check_close(out, lse, args, kw, what=f"{isa} {name} {kv}")
+
+
 @pytest.mark.parametrize("q_dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("kv", ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp8"])
 def test_every_dtype(isa, q_dtype, kv):
