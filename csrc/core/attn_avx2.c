@@ -229,11 +229,13 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         if (pth) vt_attn_scale_offsets(p, it->b, j0, nk, kso, vso); /* once per block, all heads */
         const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nk), _CMP_LT_OQ);
         if (lanes) /* each row's visible keys of the block, relative to j0 and clamped to [-1, KB + 1] */
-            for (int r = 0; r < rg; r++) {
-                const int64_t qi = r / G, a = lo[qi] - j0, z = hi[qi] - j0;
-                la[r] = (int32_t)(a < -1 ? -1 : (a > KB + 1 ? KB + 1 : a));
-                lb[r] = (int32_t)(z < -1 ? -1 : (z > KB + 1 ? KB + 1 : z));
-                if (p->alibi_slopes) dist0[r] = (float)(j0 - (base + it->q0 + qi));
+            for (int64_t qi = 0; qi < it->nq; qi++) {
+                const int64_t a = lo[qi] - j0, z = hi[qi] - j0;
+                for (int r = (int)qi * G; r < (int)(qi + 1) * G; r++) {
+                    la[r] = (int32_t)(a < -1 ? -1 : (a > KB + 1 ? KB + 1 : a));
+                    lb[r] = (int32_t)(z < -1 ? -1 : (z > KB + 1 ? KB + 1 : z));
+                    if (p->alibi_slopes) dist0[r] = (float)(j0 - (base + it->q0 + qi));
+                }
             }
         for (int gi = 0; gi < it->ng; gi++) {
             const int g = it->g + gi;
