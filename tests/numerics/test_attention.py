@@ -34,12 +34,13 @@ def test_shape_grid_mixed_batch(isa, block_size, D, heads):
 
 @pytest.mark.parametrize("k_len", [1, 15, 16, 17, 255, 256, 257, 3001])
 @pytest.mark.parametrize("threads", [1, 2, 5])
-def test_decode_lengths_and_splits(isa, k_len, threads):
-    """One query per sequence; long ones are split across threads (LSE merge)."""
-    rng = np.random.default_rng(k_len * 7 + threads)
-    args = make_case(rng, q_lens=[1], k_lens=[k_len], H=8, Hkv=1, D=128, block_size=16)
+@pytest.mark.parametrize("H", [8, 16])
+def test_decode_lengths_and_splits(isa, k_len, threads, H):
+    """One query per sequence; long ones are split across threads (LSE merge). GQA 16: the AVX2 lanes form."""
+    rng = np.random.default_rng(k_len * 7 + threads + H)
+    args = make_case(rng, q_lens=[1], k_lens=[k_len], H=H, Hkv=1, D=128, block_size=16)
     out, lse = run(args, {}, num_threads=threads)
-    check_close(out, lse, args, {}, what=f"{isa} k_len={k_len} nth={threads}")
+    check_close(out, lse, args, {}, what=f"{isa} k_len={k_len} nth={threads} H={H}")
 
 
 OPTIONS = {

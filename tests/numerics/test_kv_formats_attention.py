@@ -115,10 +115,10 @@ def test_simd_tiles_agree_with_the_scalar_twin(fmt, D):
     """Each SIMD tile (AVX2, AVX-512 where the CPU has them) against the
     scalar twin on one cache: the same folding of the per-key scales, so the
     outputs differ only by float32 summation order (and each also passes the
-    oracle above). D 80 takes the tiles' zero-padded last chunk."""
+    oracle above). D 80 takes the tiles' zero-padded last chunk; 4 queries x GQA 4 the AVX2 lanes form."""
     from tests.conftest import available_isas, forced_isa
     rng = np.random.default_rng(D + 7)
-    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 9, 2], k_lens=[70, 45, 130], H=8, Hkv=2, D=D,
+    cache, q, kdq, vdq, cu, sk, bt = build(rng, fmt, q_lens=[1, 9, 4], k_lens=[70, 45, 130], H=8, Hkv=2, D=D,
                                            bs=16)
     outs = {}
     for name in available_isas():
