@@ -45,13 +45,13 @@ int vt_shape_error(const char *fn, const char *arg, const char *want, const vt_t
 
 /* Refuse when `input` shares an element with `dst` ("<fn>: <in_name> must
  * not share memory with <dst_name>"). Returns 0 or -1 (ValueError). */
+int vt_refuse_shared(const char *fn, const vt_tensor *input, const char *in_name, const vt_tensor *dst,
+                     const char *dst_name);
+
 /* Refuse a destination two of whose elements could share memory
  * (vt_tensor_self_overlaps: e.g. blocks made to alias with as_strided):
  * "<fn>: <name> must not alias itself". Returns 0 or -1 (ValueError). */
 int vt_refuse_self_alias(const char *fn, const vt_tensor *dst, const char *name);
-
-int vt_refuse_shared(const char *fn, const vt_tensor *input, const char *in_name, const vt_tensor *dst,
-                     const char *dst_name);
 
 /* Refuse a tensor that is not C-contiguous: "<fn>: <arg> must be
  * C-contiguous when passed through DLPack; got byte strides [...]" (the

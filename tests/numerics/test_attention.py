@@ -61,28 +61,21 @@ OPTIONS["combined"] = {**OPTIONS["softcap"], **OPTIONS["alibi"], **OPTIONS["sink
                        **OPTIONS["descale_batch"], "softmax_scale": 0.2}
 
 
+# (q_lens, k_lens, seed factor): a mixed batch, and one whose sequences have a multiple of 8 rows per KV head
+# (queries x 4 heads: the AVX2 tile's lanes form from 16), with windows starting inside a block of keys
+OPTION_SHAPES = {"mixed": ([1, 7, 3], [40, 7, 300], 31), "rows8k": ([2, 8, 4], [43, 8, 301], 17)}
+
+
+@pytest.mark.parametrize("shape", list(OPTION_SHAPES))
 @pytest.mark.parametrize("name", list(OPTIONS))
 @pytest.mark.parametrize("kv", ["auto", "fp8_e4m3", "fp8_e5m2"])
-def test_options(isa, name, kv):
-    rng = np.random.default_rng(len(name) * 31 + len(kv))
-    args = make_case(rng, q_lens=[1, 7, 3], k_lens=[40, 7, 300], H=8, Hkv=2, D=64, block_size=16,
-                     kv_cache_dtype=kv)
+def test_options(isa, name, kv, shape):
+    q_lens, k_lens, f = OPTION_SHAPES[shape]
+    rng = np.random.default_rng(len(name) * f + len(kv))
+    args = make_case(rng, q_lens=q_lens, k_lens=k_lens, H=8, Hkv=2, D=64, block_size=16, kv_cache_dtype=kv)
     kw = dict(OPTIONS[name], kv_cache_dtype=kv)
     out, lse = run(args, kw)
-    check_close(out, lse, args, kw, what=f"{isa} {name} {kv}")
-
-
-@pytest.mark.parametrize("name", list(OPTIONS))
-@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
-def test_options_on_groups_of_8k_rows(isa, name, kv):
-    """Every option where each sequence's rows per KV head (queries x 4 heads) are a multiple of 8 (the AVX2
-    tile's lanes form), with windows starting inside a block of keys."""
-    rng = np.random.default_rng(len(name) * 17 + len(kv))
-    args = make_case(rng, q_lens=[2, 8, 4], k_lens=[43, 8, 301], H=8, Hkv=2, D=64, block_size=16,
-                     kv_cache_dtype=kv)
-    kw = dict(OPTIONS[name], kv_cache_dtype=kv)
-    out, lse = run(args, kw)
-    check_close(out, lse, args, kw, what=f"{isa} {name} {kv}")
+    check_close(out, lse, args, kw, what=f"{isa} {name} {kv} {shape}")
 
 
 @pytest.mark.parametrize("q_dtype", ["float32", "float16", "bfloat16"])
