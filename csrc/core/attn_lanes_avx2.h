@@ -1,7 +1,7 @@
 /* The AVX2 tile's lanes form, for groups of 16 or more rows, a multiple of 8 (prefill tiles, GQA >= 16 decode;
  * the tile's LANES_MIN_ROWS): the rows of a group in the lanes of a vector, so that a key's logits are one
- * vector per 8 rows and the online softmax runs down the lanes, with no horizontal sums. Per block of keys and KV head (the tile decodes the block's K and
- * V rows once into float32 buffers, chunk_pos order, Dp floats each):
+ * vector per 8 rows and the online softmax runs down the lanes, with no horizontal sums. Per block of keys and
+ * KV head (the tile decodes the block's K and V rows once into float32 buffers, chunk_pos order, Dp floats each):
  *   - logits: S[k][r] = q_r . K_k over the transposed queries (q^T, [Dp][rg]), each K element broadcast against
  *     one or two vectors of rows; each 16 elements summed in registers, and those partial sums added into S in
  *     element order (the row form's lane sums have the same reach; one float32 chain over D errs more);
