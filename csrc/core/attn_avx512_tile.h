@@ -1,9 +1,9 @@
 /* The AVX-512 attention tile, a template: included once per instance file with
  * T (the functions' target attribute), VT_TILE_VBMI (1: fp8 codes decode by
- * byte lookups, which need AVX512-VBMI) and VT_TILE_ENTRY (the exported tile's
- * name) defined: attn_avx512.c (F+BW+VL+DQ, every dtype) and attn_avx512vbmi.c
- * (the same plus VBMI, the fp8 dtypes only; cpu.c puts it in the AVX-512
- * table where the CPU has VBMI).
+ * byte lookups, which need AVX512-VBMI) and VT_TILE_TABLE (the exported instances,
+ * indexed by dtype) defined: attn_avx512.c (F+BW+VL+DQ, the float and per-tensor
+ * fp8 formats) and attn_avx512vbmi.c (the same plus VBMI, the fp8-decoded formats
+ * only; cpu.c takes them in the AVX-512 table where the CPU has VBMI).
  *
  * Keys are taken in blocks of 16. Each K row is decoded in registers, 32
  * elements at a time, and multiplied into one accumulator per row of the
@@ -273,23 +273,17 @@ VT_ATTN_TILE_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
 VT_ATTN_TILE_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
 #endif
 
-/* The element formats' family tile on AVX-512: the instance of p's format (its decoder), chosen once per item.
- * The plain instance serves every element format but the per-token-head ones (cpu.c gives those the AVX2
- * instances); the VBMI instance is put in the table for the fp8-decoded formats (e4m3fn, e5m2,
- * fp8_per_token_head). */
-T void VT_TILE_ENTRY(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l, float *acc) {
-    switch (p->kv_dtype) {
+/* This ISA's entries of the (ISA x format) kernel table (cpu.c), one instance per format, the decoder a
+ * compile-time constant in each: the plain instances serve every element format but the per-token-head ones
+ * (cpu.c gives those the AVX2 instances); the VBMI instances the fp8-decoded formats (e4m3fn, e5m2,
+ * fp8_per_token_head), which cpu.c takes over the plain ones where the CPU has VBMI. */
+const vt_attn_tile_fn VT_TILE_TABLE[VT_DTYPE_COUNT] = {
 #if !VT_TILE_VBMI
-    case VT_DTYPE_F32: tile_f32(p, it, work, m, l, acc); break;
-    case VT_DTYPE_F16: tile_f16(p, it, work, m, l, acc); break;
-    case VT_DTYPE_BF16: tile_bf16(p, it, work, m, l, acc); break;
+    [VT_DTYPE_F32] = tile_f32, [VT_DTYPE_F16] = tile_f16, [VT_DTYPE_BF16] = tile_bf16,
+#else
+    [VT_DTYPE_FP8_PTH] = tile_fp8_pth,
 #endif
-    case VT_DTYPE_FP8_E5M2: tile_e5m2(p, it, work, m, l, acc); break;
-#if VT_TILE_VBMI
-    case VT_DTYPE_FP8_PTH: tile_fp8_pth(p, it, work, m, l, acc); break;
-#endif
-    default: tile_e4m3(p, it, work, m, l, acc); break;
-    }
-}
+    [VT_DTYPE_FP8_E4M3] = tile_e4m3, [VT_DTYPE_FP8_E5M2] = tile_e5m2,
+};
 
 #endif /* VT_X86 */

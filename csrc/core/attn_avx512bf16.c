@@ -226,19 +226,19 @@ TB static void pv_rows(int R, int LO, float *const *acc, const float *alpha, con
     else pv_slabs(1, 0, acc, alpha, pp, pl, pm, Vt, NVt);
 }
 
-TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                                float *acc) {
+/* The tile of one format: dt (the codes' decoder: bf16, e4m3, e5m2, int8 or int4 per-token-head) and pth
+ * (per-token-head scales) are constants in each instance below, so ld32's decode branch folds away. */
+TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
+                       float *m, float *l, float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int rg = (int)(it->nq * G); /* rows per group */
-    const int int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
+    const int int4 = dt == VT_DTYPE_INT4_PTH;
     if (!vt_attn_bf16dot_applies(p, rg)) { /* the plain AVX-512 table's tile for the format */
         vt_kernels_table(VT_ISA_AVX512, 0)->attn_tile[p->kv_dtype](p, it, work, m, l, acc);
         return;
     }
     const int rows = rg * it->ng;
-    const int pth = vt_dtype_per_token_head(p->kv_dtype);
     const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* int4: the rotation's norm (H H = b I) */
-    const vt_dtype dt = (vt_dtype)vt_dtype_decoder(p->kv_dtype); /* the codes' decoder */
     const int split = vt_attn_bf16dot_split(p);
     const int esz = (int)vt_dtype_get(dt)->elem_bytes;
     const int cb = int4 ? 16 : 32 * esz, row_bytes = int4 ? D / 2 : D * esz; /* bytes per chunk / row */
@@ -366,5 +366,25 @@ TB void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it,
         if (int4) vt_int4_rht_back(o, D); /* linear, so before the merge of partials */
     }
 }
+
+#define BF_INSTANCE(name, dt, pth)                                                                              \
+    TB static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,       \
+                        float *acc) {                                                                           \
+        tile(dt, pth, p, it, work, m, l, acc);                                                                  \
+    }
+BF_INSTANCE(tile_bf16, VT_DTYPE_BF16, 0)
+BF_INSTANCE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
+BF_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
+BF_INSTANCE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
+BF_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
+BF_INSTANCE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
+
+/* The AVX-512 table's entries on a CPU with AVX512-BF16 (cpu.c takes them over every other AVX-512 instance):
+ * one per format the pair-dot tile reads, each handing the items vt_attn_bf16dot_applies leaves to the table
+ * without AVX512-BF16. */
+const vt_attn_tile_fn vt_attn_tiles_avx512bf16[VT_DTYPE_COUNT] = {
+    [VT_DTYPE_BF16] = tile_bf16,         [VT_DTYPE_FP8_E4M3] = tile_e4m3,   [VT_DTYPE_FP8_E5M2] = tile_e5m2,
+    [VT_DTYPE_INT8_PTH] = tile_int8_pth, [VT_DTYPE_FP8_PTH] = tile_fp8_pth, [VT_DTYPE_INT4_PTH] = tile_int4_pth,
+};
 
 #endif /* VT_X86 */

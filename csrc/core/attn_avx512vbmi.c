@@ -5,6 +5,6 @@
 #if VT_X86
 #define T VT_TARGET_AVX512VBMI
 #define VT_TILE_VBMI 1
-#define VT_TILE_ENTRY vt_attn_tile_avx512vbmi
+#define VT_TILE_TABLE vt_attn_tiles_avx512vbmi
 #include "attn_avx512_tile.h"
 #endif

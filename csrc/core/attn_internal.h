@@ -158,23 +158,22 @@ static inline void vt_attn_prefetch_head(const void *c, int64_t stride_head, int
 }
 
 #if VT_X86
-/* AVX2: one tile instance per format (attn_avx2.c), indexed by dtype; NULL where AVX2 has none. */
+/* Each SIMD ISA's tile instances, one per format it reads fast (the decoder a compile-time constant in each),
+ * indexed by dtype, NULL elsewhere; cpu.c fills the (ISA x format) kernel tables from them.
+ * AVX2 (attn_avx2.c): every element format and int4_per_token_head. */
 extern const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT];
-/* The AVX2 instances the AVX-512 tables take (cpu.c): the per-token-head formats (int8, fp8, int4), which they
+/* The AVX2 instances the AVX-512 tables take: the per-token-head formats (int8, fp8, int4), which they
  * read faster than the AVX-512 fp32 tile on every CPU measured (speed.md); NULL for the other formats. */
 extern const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT];
-void vt_attn_tile_avx512(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                         float *acc);
+/* AVX-512 (attn_avx512_tile.h): the float and per-tensor fp8 formats. */
+extern const vt_attn_tile_fn vt_attn_tiles_avx512[VT_DTYPE_COUNT];
 /* The same tile's fp8 instances (e4m3fn, e5m2 and fp8_per_token_head, whose codes decode as e4m3fn) on a
- * CPU with AVX512-VBMI: 64 codes per decode by byte lookups; the AVX-512 table's entries for them there
- * (cpu.c). */
-void vt_attn_tile_avx512vbmi(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                             float *acc);
-/* The AVX-512 table's tile on a CPU with AVX512-BF16: the pair-dot tile where vt_attn_bf16dot_applies,
- * otherwise the plain AVX-512 table's tile for the format (vt_attn_tile_avx512, or the AVX2 instance of a
- * per-token-head format). */
-void vt_attn_tile_avx512bf16(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,
-                             float *acc);
+ * CPU with AVX512-VBMI: 64 codes per decode by byte lookups; the AVX-512 table's entries for them there. */
+extern const vt_attn_tile_fn vt_attn_tiles_avx512vbmi[VT_DTYPE_COUNT];
+/* The pair-dot tile's instances on a CPU with AVX512-BF16 (attn_avx512bf16.c: bf16, fp8 and the int8 / fp8 /
+ * int4 per-token-head formats): each runs the pair-dot tile where vt_attn_bf16dot_applies, otherwise the
+ * AVX-512 table's entry for its format without AVX512-BF16. */
+extern const vt_attn_tile_fn vt_attn_tiles_avx512bf16[VT_DTYPE_COUNT];
 #endif
 
 /* Address of the K (or V) row of key j (sequence position) of KV head g. */

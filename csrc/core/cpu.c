@@ -15,60 +15,50 @@
 static vt_cpu_features features;
 static pthread_once_t features_once = PTHREAD_ONCE_INIT;
 
-/* What each ISA brings: its codec, its own tile instances per format (indexed by dtype, NULL entries
- * allowed) and one attention tile per read family. The kernel tables below are (ISA x format), filled
- * at init: a format takes the ISA's instance for it, else the ISA's tile for its read family, else the
- * scalar tile of that family; so a new format names no tile here and runs wherever its family runs. */
+/* What each ISA brings: its codec, its own tile instances per format (arrays indexed by dtype, NULL
+ * entries allowed, the first array naming a format wins) and one attention tile per read family. The
+ * kernel tables below are (ISA x format), filled at init: a format takes the ISA's instance for it, else
+ * the ISA's tile for its read family, else the scalar tile of that family; so a new format names no tile
+ * here and runs wherever its family runs. */
 typedef struct isa_kernels {
     vt_isa isa;
     const vt_codec_kernels *codec;
-    const vt_attn_tile_fn *format_tile;
+    const vt_attn_tile_fn *format_tiles[2];
     vt_attn_tile_fn tile[VT_READ_FAMILY_COUNT];
 } isa_kernels;
 
 static const isa_kernels ISA_KERNELS[] = {
-    {VT_ISA_SCALAR, &vt_codec_scalar, NULL,
+    {VT_ISA_SCALAR, &vt_codec_scalar, {NULL},
      {[VT_READ_ELEMENTS] = vt_attn_tile_scalar, [VT_READ_INT4_ROTATED] = vt_attn_tile_scalar,
       [VT_READ_SLOTS] = vt_attn_tile_slots}},
 #if VT_X86
-    {VT_ISA_AVX2, &vt_codec_avx2, vt_attn_tiles_avx2, {0}},
+    {VT_ISA_AVX2, &vt_codec_avx2, {vt_attn_tiles_avx2}, {0}},
     /* AVX-512 reads the per-token-head formats with the AVX2 instances (faster there on every CPU measured) */
-    {VT_ISA_AVX512, &vt_codec_avx512, vt_attn_tiles_avx2_for_avx512, {[VT_READ_ELEMENTS] = vt_attn_tile_avx512}},
+    {VT_ISA_AVX512, &vt_codec_avx512, {vt_attn_tiles_avx2_for_avx512, vt_attn_tiles_avx512}, {0}},
 #endif
 };
 #define N_ISA ((int)(sizeof ISA_KERNELS / sizeof ISA_KERNELS[0]))
 
 #if VT_X86
-/* Tiles keyed by a CPU feature beyond their ISA's: where the CPU has it, the ISA's table takes `tile` for every
- * format `takes` names (its own family tile or instance otherwise). Rows apply in order, so a later row's tile
- * stands over an earlier one's; a tile that hands some items on calls the table without its feature. */
+/* Tile instances keyed by a CPU feature beyond their ISA's: where the CPU has it, the ISA's table takes the
+ * instance of every format `tiles` names (its own instance or family tile otherwise). Rows apply in order, so
+ * a later row's instance stands over an earlier one's; an instance that hands some items on calls the table
+ * without its feature. */
 typedef struct feature_tile {
     vt_isa isa;
     int (*has)(const vt_cpu_features *cpu);
-    int (*takes)(vt_dtype d);
-    vt_attn_tile_fn tile;
+    const vt_attn_tile_fn *tiles;
 } feature_tile;
 
 static int has_avx512vbmi(const vt_cpu_features *cpu) { return cpu->avx512vbmi; }
 static int has_avx512bf16(const vt_cpu_features *cpu) { return cpu->avx512bf16; }
 
-/* element formats whose codes decode as fp8 (fp8_per_token_head's are e4m3) */
-static int fp8_codes(vt_dtype d) {
-    const int dec = vt_dtype_decoder(d);
-    return vt_dtype_get(d)->read_family == VT_READ_ELEMENTS && (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2);
-}
-
-static int elements_or_int4(vt_dtype d) {
-    const vt_read_family f = vt_dtype_get(d)->read_family;
-    return f == VT_READ_ELEMENTS || f == VT_READ_INT4_ROTATED;
-}
-
 static const feature_tile FEATURE_TILES[] = {
     /* AVX512-VBMI: fp8 codes decoded by 64-code byte lookups */
-    {VT_ISA_AVX512, has_avx512vbmi, fp8_codes, vt_attn_tile_avx512vbmi},
+    {VT_ISA_AVX512, has_avx512vbmi, vt_attn_tiles_avx512vbmi},
     /* AVX512-BF16: grouped bf16 rows on the pair dot product (vdpbf16ps); every other item goes to the table
      * without AVX512-BF16 (vt_kernels_table(VT_ISA_AVX512, 0)), so this row stands last */
-    {VT_ISA_AVX512, has_avx512bf16, elements_or_int4, vt_attn_tile_avx512bf16},
+    {VT_ISA_AVX512, has_avx512bf16, vt_attn_tiles_avx512bf16},
 };
 
 static void apply_feature_tiles(vt_kernels *k, const vt_cpu_features *cpu) {
@@ -76,7 +66,7 @@ static void apply_feature_tiles(vt_kernels *k, const vt_cpu_features *cpu) {
         const feature_tile *ft = &FEATURE_TILES[i];
         if (k->isa != ft->isa || !ft->has(cpu)) continue;
         for (int d = 0; d < VT_DTYPE_COUNT; d++)
-            if (ft->takes((vt_dtype)d)) k->attn_tile[d] = ft->tile;
+            if (ft->tiles[d]) k->attn_tile[d] = ft->tiles[d];
     }
 }
 #endif
@@ -90,7 +80,8 @@ static void fill(vt_kernels *k, const isa_kernels *src) {
     k->codec = src->codec;
     for (int d = 0; d < VT_DTYPE_COUNT; d++) {
         vt_read_family f = vt_dtype_get(d)->read_family;
-        vt_attn_tile_fn t = f == VT_READ_NONE ? NULL : src->format_tile ? src->format_tile[d] : NULL;
+        vt_attn_tile_fn t = NULL;
+        for (int i = 0; i < 2 && f != VT_READ_NONE && !t; i++) t = src->format_tiles[i] ? src->format_tiles[i][d] : NULL;
         if (!t && f != VT_READ_NONE) t = src->tile[f] ? src->tile[f] : ISA_KERNELS[0].tile[f];
         k->attn_tile[d] = t;
     }

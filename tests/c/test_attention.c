@@ -409,7 +409,7 @@ static void test_against_reference(void) {
 
 /* ---- the pair-dot tile (AVX512-BF16) against its scalar twin and the reference ----
  * Tile level: each (sequence, query tile) of a problem with bf16 q runs as
- * one item over all KV heads through vt_attn_tile_avx512bf16 (where the CPU
+ * one item over all KV heads through the format's vt_attn_tiles_avx512bf16 instance (where the CPU
  * has AVX512-BF16) and vt_attn_tile_bf16dot_scalar (GQA 4/8/6 and 1/3); the partials (m, l,
  * acc) are finished as finish_tile does for one split (sink, v_descale) and
  * compared with the float64 reference (twin: 4e-3 x max |ref|, as P V takes
@@ -502,7 +502,7 @@ static void test_bf16dot_tile(void) {
                       vt_dtype_get(pb.kv)->name, pb.H, pb.D, opt, et, vmax);
 #if VT_X86
                 if (simd) {
-                    run_tile(&pb, &p, vt_attn_tile_avx512bf16, fast);
+                    run_tile(&pb, &p, vt_attn_tiles_avx512bf16[pb.kv], fast);
                     double ef = max_diff(fast, twin, n);
                     CHECK(ef <= tol_simd * vmax, "bf16dot avx512 kv=%s H=%d D=%d opt=%d: max |simd - twin| %g (max |ref| %g)",
                           vt_dtype_get(pb.kv)->name, pb.H, pb.D, opt, ef, vmax);
@@ -547,13 +547,13 @@ static void test_avx512_fp8_instances(void) {
                 double vmax = 0;
                 for (size_t i = 0; i < n; i++) vmax = fmax(vmax, fabs(pb.ref[i]));
                 double *plain = calloc(n, sizeof(double)), *bytes = calloc(n, sizeof(double));
-                run_tile(&pb, &p, pb.kv == VT_DTYPE_FP8_PTH ? vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH] : vt_attn_tile_avx512,
+                run_tile(&pb, &p, pb.kv == VT_DTYPE_FP8_PTH ? vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH] : vt_attn_tiles_avx512[pb.kv],
                          plain);
                 double ep = max_diff(plain, pb.ref, n), eb = 0, epb = 0;
                 CHECK(ep <= 2e-5 * vmax, "avx512 fp8 kv=%s H=%d D=%d: max |plain - ref| %g (max |ref| %g)",
                       vt_dtype_get(pb.kv)->name, pb.H, pb.D, ep, vmax);
                 if (vbmi) {
-                    run_tile(&pb, &p, vt_attn_tile_avx512vbmi, bytes);
+                    run_tile(&pb, &p, vt_attn_tiles_avx512vbmi[pb.kv], bytes);
                     eb = max_diff(bytes, pb.ref, n), epb = max_diff(bytes, plain, n);
                     CHECK(eb <= 2e-5 * vmax, "avx512 vbmi fp8 kv=%s H=%d D=%d: max |vbmi - ref| %g (max |ref| %g)",
                           vt_dtype_get(pb.kv)->name, pb.H, pb.D, eb, vmax);
@@ -654,48 +654,49 @@ static void test_slot_refusals(void) {
     problem_free(&pb);
 }
 
+#if VT_X86
+/* No two formats of an ISA's instance array share an instance: the decoder is each one's constant. */
+static void check_distinct(const vt_attn_tile_fn *tiles, const char *what) {
+    for (int d = 0; d < VT_DTYPE_COUNT; d++)
+        for (int e = 0; e < d && tiles[d]; e++)
+            CHECK(tiles[e] != tiles[d], "%s: %s and %s share a tile instance", what, vt_dtype_get(e)->name,
+                  vt_dtype_get(d)->name);
+}
+#endif
+
 /* The attention tiles of table k (ISA isa; bf16dot: the table of a CPU with AVX512-BF16): every format holds its
- * ISA's instance for it or its read family's tile, none for the formats attention cannot read. */
+ * ISA's instance for it (SIMD ISAs: one for every format attention reads as elements or rotated int4) or its
+ * read family's tile, none for the formats attention cannot read. */
 static void check_tiles(const vt_kernels *k, int isa, int bf16dot) {
-    /* the family tile of each ISA; NULL: the ISA has one instance per format instead (AVX2) */
-    static const vt_attn_tile_fn tiles[] = {
-        vt_attn_tile_scalar,
-#if VT_X86
-        NULL, vt_attn_tile_avx512,
-#endif
-    };
-    vt_attn_tile_fn want = tiles[isa];
-    vt_attn_tile_fn want4 = vt_attn_tile_scalar; /* int4_per_token_head */
-#if VT_X86
-    if (bf16dot) want = want4 = vt_attn_tile_avx512bf16; /* the pair-dot tile, for every format it reads */
-#endif
     for (int d = 0; d < VT_DTYPE_COUNT; d++) {
         vt_read_family f = vt_dtype_get(d)->read_family;
-        vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_INT4_ROTATED ? want4 : want;
-        if (f == VT_READ_SLOTS) { /* one slot tile on every ISA: it runs the ISA's float32 tile per chunk */
-            CHECK(k->attn_tile[d] == vt_attn_tile_slots, "table of %s: %s holds another tile than the slot tile",
-                  isa_names[isa], vt_dtype_get(d)->name);
-            continue;
-        }
+        vt_attn_tile_fn w = f == VT_READ_NONE ? NULL : f == VT_READ_SLOTS ? vt_attn_tile_slots : vt_attn_tile_scalar;
 #if VT_X86
-        /* plain AVX-512 reads the per-token-head formats with the AVX2 instances, and with VBMI every
-         * fp8-decoded format (fp8_per_token_head included) with the byte-lookup instances */
-        if (isa == VT_ISA_AVX512 && !bf16dot && vt_attn_tiles_avx2_for_avx512[d]) w = vt_attn_tiles_avx2[d];
-        const int dec = vt_dtype_decoder(d);
-        if (isa == VT_ISA_AVX512 && !bf16dot && f == VT_READ_ELEMENTS && vt_cpu_get()->avx512vbmi &&
-            (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2))
-            w = vt_attn_tile_avx512vbmi;
-        if (isa == VT_ISA_AVX2 && f != VT_READ_NONE) {
-            w = vt_attn_tiles_avx2[d];
-            CHECK(w != NULL, "AVX2 has no tile instance for %s", vt_dtype_get(d)->name);
-            for (int e = 0; e < d; e++) /* one instance per format: the decoder is each one's constant */
-                CHECK(vt_attn_tiles_avx2[e] != w, "AVX2: %s and %s share a tile instance", vt_dtype_get(e)->name,
-                      vt_dtype_get(d)->name);
+        const int simd = f == VT_READ_ELEMENTS || f == VT_READ_INT4_ROTATED;
+        if (isa == VT_ISA_AVX2 && simd) w = vt_attn_tiles_avx2[d];
+        if (isa == VT_ISA_AVX512 && simd) {
+            /* the pair-dot instances stand over the VBMI ones, those over the AVX2 per-token-head ones (faster
+             * there than the AVX-512 fp32 tile), those over the plain AVX-512 ones */
+            const int dec = vt_dtype_decoder(d), pth = vt_dtype_per_token_head(d);
+            const int fp8 = f == VT_READ_ELEMENTS && (dec == VT_DTYPE_FP8_E4M3 || dec == VT_DTYPE_FP8_E5M2);
+            const int dot = dec == VT_DTYPE_BF16 || fp8 || pth;
+            if (bf16dot && dot) w = vt_attn_tiles_avx512bf16[d];
+            else if (vt_cpu_get()->avx512vbmi && fp8) w = vt_attn_tiles_avx512vbmi[d];
+            else if (pth) w = vt_attn_tiles_avx2[d];
+            else w = vt_attn_tiles_avx512[d];
         }
+        if (simd && isa != VT_ISA_SCALAR)
+            CHECK(w != NULL, "%s has no tile instance for %s", isa_names[isa], vt_dtype_get(d)->name);
 #endif
         CHECK(k->attn_tile[d] == w, "table of %s%s: %s holds another tile", isa_names[isa],
               bf16dot ? " (AVX512-BF16)" : "", vt_dtype_get(d)->name);
     }
+#if VT_X86
+    check_distinct(vt_attn_tiles_avx2, "AVX2");
+    check_distinct(vt_attn_tiles_avx512, "AVX-512");
+    check_distinct(vt_attn_tiles_avx512vbmi, "AVX-512 VBMI");
+    check_distinct(vt_attn_tiles_avx512bf16, "AVX-512 BF16");
+#endif
 }
 
 /* Each ISA's table holds that ISA's own kernels: forcing an ISA must run its
@@ -733,18 +734,22 @@ static void test_dispatch_tables(void) {
         CHECK(a2->attn_tile[VT_DTYPE_FP8_E4M3] == vt_attn_tiles_avx2[VT_DTYPE_FP8_E4M3] && a2->codec == &vt_codec_avx2 &&
                   a2->attn_tile[VT_DTYPE_INT4_PTH] == vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH],
               "AVX2 table (bf16 %d)", bf16);
+        const int vbmi = vt_cpu_get()->avx512vbmi;
         CHECK(a5->attn_tile[VT_DTYPE_FP8_PTH] ==
-                      (bf16 ? vt_attn_tile_avx512bf16
-                            : vt_cpu_get()->avx512vbmi ? vt_attn_tile_avx512vbmi : vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH]) &&
+                      (bf16 ? vt_attn_tiles_avx512bf16[VT_DTYPE_FP8_PTH]
+                            : vbmi ? vt_attn_tiles_avx512vbmi[VT_DTYPE_FP8_PTH] : vt_attn_tiles_avx2[VT_DTYPE_FP8_PTH]) &&
                   a5->codec == &vt_codec_avx512 &&
-                  a5->attn_tile[VT_DTYPE_INT4_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH]) &&
-                  a5->attn_tile[VT_DTYPE_INT8_PTH] == (bf16 ? vt_attn_tile_avx512bf16 : vt_attn_tiles_avx2[VT_DTYPE_INT8_PTH]) &&
+                  a5->attn_tile[VT_DTYPE_INT4_PTH] ==
+                      (bf16 ? vt_attn_tiles_avx512bf16[VT_DTYPE_INT4_PTH] : vt_attn_tiles_avx2[VT_DTYPE_INT4_PTH]) &&
+                  a5->attn_tile[VT_DTYPE_INT8_PTH] ==
+                      (bf16 ? vt_attn_tiles_avx512bf16[VT_DTYPE_INT8_PTH] : vt_attn_tiles_avx2[VT_DTYPE_INT8_PTH]) &&
                   a5->attn_tile[VT_DTYPE_FP8_E4M3] ==
-                      (bf16 ? vt_attn_tile_avx512bf16
-                            : vt_cpu_get()->avx512vbmi ? vt_attn_tile_avx512vbmi : vt_attn_tile_avx512) &&
+                      (bf16 ? vt_attn_tiles_avx512bf16[VT_DTYPE_FP8_E4M3]
+                            : vbmi ? vt_attn_tiles_avx512vbmi[VT_DTYPE_FP8_E4M3] : vt_attn_tiles_avx512[VT_DTYPE_FP8_E4M3]) &&
                   a5->attn_tile[VT_DTYPE_FP8_E5M2] ==
-                      (bf16 ? vt_attn_tile_avx512bf16
-                            : vt_cpu_get()->avx512vbmi ? vt_attn_tile_avx512vbmi : vt_attn_tile_avx512) &&
+                      (bf16 ? vt_attn_tiles_avx512bf16[VT_DTYPE_FP8_E5M2]
+                            : vbmi ? vt_attn_tiles_avx512vbmi[VT_DTYPE_FP8_E5M2] : vt_attn_tiles_avx512[VT_DTYPE_FP8_E5M2]) &&
+                  a5->attn_tile[VT_DTYPE_F32] == vt_attn_tiles_avx512[VT_DTYPE_F32] &&
                   a5->isa == VT_ISA_AVX512,
               "AVX-512 table (bf16 %d) holds another tile", bf16);
 #endif
