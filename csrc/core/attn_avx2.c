@@ -355,10 +355,9 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     }
     for (int r = 0; r < rows; r++) {
         float *o = acc + (size_t)r * D;
-        /* element (r, pd) of the accumulators: row-major, or in the lanes form transposed per group */
-        const size_t r0 = lanes ? (size_t)(r / rg) * rg * Dp + (size_t)(r % rg) : (size_t)r * Dp;
-        const size_t es = lanes ? (size_t)rg : 1;
-        for (int d = 0; d < D; d++) o[d] = ap[r0 + ((size_t)(d / CH) * CH + chunk_pos(dt, d % CH)) * es] * dec_unit(dt);
+        /* the accumulators: row-major, or in the lanes form transposed per group */
+        for (int d = 0; d < D; d++)
+            o[d] = ap[vt_attn_row_at(r, rg, Dp, lanes, (size_t)(d / CH) * CH + chunk_pos(dt, d % CH))] * dec_unit(dt);
         if (i4) vt_int4_rht_back(o, D); /* linear, so before the merge of partials */
     }
 }

@@ -280,11 +280,16 @@ static inline const uint8_t *vt_attn_q_row(const vt_attn_params *p, const vt_att
     return (const uint8_t *)p->q + (it->q_tok0 + it->q0 + lr / G) * p->q_stride_tok + (int64_t)h * p->q_stride_head;
 }
 
+/* Index of element pd of row r in a SIMD tile's rows of Dp floats each, rg rows per KV-head group: row-major
+ * (r * Dp + pd), or with tr each group's rows transposed, the rows in lanes ((r / rg) * rg * Dp + pd * rg + r % rg). */
+static inline size_t vt_attn_row_at(int r, int rg, int Dp, int tr, size_t pd) {
+    return tr ? (size_t)(r / rg) * rg * Dp + pd * (size_t)rg + (size_t)(r % rg) : (size_t)r * Dp + pd;
+}
+
 /* A SIMD tile's rows set up for its key loop: row r's query (vt_attn_q_row, as float32 through tmp, D floats;
  * rotated by vt_attn_int4_rotate_q when i4) in the tile's element order (element d at pd = (d / unit) * unit +
- * pos[d % unit]), zero in the padding, at qp + r * Dp + pd, or with tr (each group's rows transposed, the rows
- * in lanes) at qp + (r / rg) * rg * Dp + pd * rg + r % rg; the accumulators (rows * Dp at ap) zeroed; m = -inf,
- * l = 0. */
+ * pos[d % unit]), zero in the padding, at qp[vt_attn_row_at(r, rg, Dp, tr, pd)]; the accumulators (rows * Dp at
+ * ap) zeroed; m = -inf, l = 0. */
 static inline void vt_attn_rows_init(const vt_attn_params *p, const vt_attn_item *it, int rows, int rg, int D, int Dp,
                                      int i4, int unit, const int *pos, int tr, float *qp, float *ap, float *tmp,
                                      float *m, float *l) {
@@ -294,9 +299,7 @@ static inline void vt_attn_rows_init(const vt_attn_params *p, const vt_attn_item
     for (int r = 0; r < rows; r++) {
         vt_attn_load_q(p, vt_attn_q_row(p, it, r, rg, G), tmp, D);
         if (i4) vt_attn_int4_rotate_q(p, tmp, D);
-        const size_t r0 = tr ? (size_t)(r / rg) * rg * Dp + (size_t)(r % rg) : (size_t)r * Dp;
-        const size_t es = tr ? (size_t)rg : 1;
-        for (int d = 0; d < D; d++) qp[r0 + ((size_t)(d / unit) * unit + pos[d % unit]) * es] = tmp[d];
+        for (int d = 0; d < D; d++) qp[vt_attn_row_at(r, rg, Dp, tr, (size_t)(d / unit) * unit + pos[d % unit])] = tmp[d];
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
