@@ -1,17 +1,29 @@
-/* Machine probes for bench_attention.py, built with the system compiler
- * (cc -O2 -shared -fPIC -pthread). Each runs on nth threads at once
- * (pthreads) and returns the wall seconds of the slowest thread:
+/* Machine probes for bench_attention.py and bench_kv_formats.py, built with the system compiler
+ * (cc -O2 -shared -fPIC -pthread). Each runs on nth threads at once (pthreads) and returns the wall
+ * seconds of the slowest thread. The vector width follows the kernels': probe_lanes(want) picks 16-lane
+ * AVX-512 or 8-lane AVX2 + FMA code (want 16 where the kernels run AVX-512 and the CPU has it), and
+ * returns the lanes it took, 0 where the CPU has neither (every probe then returns -1):
  *   read_bw(buf, bytes, nth, reps) -> seconds for nth threads each summing
- *                                     its 1/nth of buf, reps times (AVX-512 loads)
- *   fma_peak(iters, nth)           -> seconds for iters x 16 independent 16-lane
- *                                     fp32 FMAs per thread (2 flops per lane)
+ *                                     its 1/nth of buf, reps times
+ *   read_pages(k, v, page_bytes, order, n, nth)
+ *                                  -> seconds for nth threads each summing the K and the V
+ *                                     page (page_bytes each, at k + order[i] * page_bytes
+ *                                     and v + ...) of its 1/nth of the n entries of order,
+ *                                     a contiguous share, as the attention splits a sequence
+ *                                     over threads: the read of a paged cache in its
+ *                                     block-table order, nothing else
+ *   fma_peak(iters, nth)           -> seconds for iters x 16 independent fp32 FMAs of
+ *                                     probe_lanes lanes per thread (2 flops per lane)
  *   bf16dot_peak(iters, nth)       -> seconds for iters x 16 independent
  *                                     vdpbf16ps per thread (32 bf16 products
  *                                     = 64 flops per instruction); -1 when the
- *                                     CPU lacks AVX512-BF16 */
+ *                                     CPU lacks AVX512-BF16
+ *   probe_last_sum()               -> what the threads of the last probe summed, added up
+ *                                     (a read's checksum: the probes' own test reads it) */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 static double now(void) {
@@ -20,84 +32,163 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static int lanes;       /* 16: AVX-512, 8: AVX2 + FMA, 0: neither (probe_lanes) */
+static double last_sum; /* probe_last_sum */
+
+int probe_lanes(int want);
+int probe_lanes(int want) {
+    __builtin_cpu_init();
+    if (want >= 16 && __builtin_cpu_supports("avx512f")) lanes = 16;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) lanes = 8;
+    else lanes = 0;
+    return lanes;
+}
+
 typedef struct job {
     const float *buf;
     size_t n;
     long iters;
     int reps, kind;
     double sink;
+    /* read_pages */
+    const char *k, *v;
+    size_t page;
+    const int32_t *order;
 } job;
 
-__attribute__((target("avx512f"))) static double sum_range(const float *buf, size_t n, int reps) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int r = 0; r < reps; r++)
-        for (size_t i = 0; i + 64 <= n; i += 64) {
-            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(buf + i));
-            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(buf + i + 16));
-            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(buf + i + 32));
-            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(buf + i + 48));
-        }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+__attribute__((target("avx512f"))) static __m512 sum512(__m512 a, const float *p, size_t n) {
+    __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
+    for (size_t i = 0; i + 64 <= n; i += 64) {
+        a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+    }
+    return _mm512_add_ps(_mm512_add_ps(a, a1), _mm512_add_ps(a2, a3));
 }
 
-/* The body of a peak loop: 16 independent accumulators a[i], each stepped iters times by STEP (an expression
- * of a[i]), then summed. Unrolled, so the 16 accumulators live in registers (a loop over a[] at -O2 kept them
- * in memory and measured the store-to-load latency, not the FMA ports). */
-#define PEAK_LOOP(iters, STEP)                                                                                         \
-    __m512 a[16];                                                                                                      \
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);                                                      \
+__attribute__((target("avx2"))) static __m256 sum256(__m256 a, const float *p, size_t n) {
+    __m256 a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        a = _mm256_add_ps(a, _mm256_loadu_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+    }
+    return _mm256_add_ps(_mm256_add_ps(a, a1), _mm256_add_ps(a2, a3));
+}
+
+/* The sum of the n floats of each of the cnt ranges base[order[i] * stride] (order NULL: range i), reps times. */
+__attribute__((target("avx512f"))) static double sum_ranges512(const char *base, const int32_t *order, size_t cnt,
+                                                               size_t stride, size_t n, int reps) {
+    __m512 a = _mm512_setzero_ps();
+    for (int r = 0; r < reps; r++)
+        for (size_t i = 0; i < cnt; i++)
+            a = sum512(a, (const float *)(base + (size_t)(order ? order[i] : (int32_t)i) * stride), n);
+    return _mm512_reduce_add_ps(a);
+}
+
+__attribute__((target("avx2"))) static double sum_ranges256(const char *base, const int32_t *order, size_t cnt,
+                                                            size_t stride, size_t n, int reps) {
+    __m256 a = _mm256_setzero_ps();
+    for (int r = 0; r < reps; r++)
+        for (size_t i = 0; i < cnt; i++)
+            a = sum256(a, (const float *)(base + (size_t)(order ? order[i] : (int32_t)i) * stride), n);
+    float t[8];
+    _mm256_storeu_ps(t, a);
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+static double sum_ranges(const char *base, const int32_t *order, size_t cnt, size_t stride, size_t n, int reps) {
+    return lanes == 16 ? sum_ranges512(base, order, cnt, stride, n, reps) : sum_ranges256(base, order, cnt, stride, n, reps);
+}
+
+/* The body of a peak loop: 16 independent accumulators a[i] of type V, each stepped iters times by STEP (an
+ * expression of a[i]), then summed into the double s. Unrolled, so the 16 accumulators live in registers (a
+ * loop over a[] at -O2 kept them in memory and measured the store-to-load latency, not the FMA ports). */
+#define PEAK_LOOP(V, SET1, iters, STEP)                                                                                \
+    V a[16];                                                                                                           \
+    for (int i = 0; i < 16; i++) a[i] = SET1((float)i);                                                                \
     for (long it = 0; it < (iters); it++) {                                                                            \
         _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) a[i] = (STEP);                                          \
     }                                                                                                                  \
-    __m512 s = a[0];                                                                                                   \
-    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);                                                           \
-    return _mm512_reduce_add_ps(s)
+    float o[16 * 16];                                                                                                  \
+    __builtin_memcpy(o, a, sizeof a);                                                                                  \
+    double s = 0;                                                                                                      \
+    const size_t nf = sizeof a / 4; /* floats in a */                                                                 \
+    for (size_t i = 0; i < nf; i++) s += o[i];                                                                         \
+    return s
 
-__attribute__((target("avx512f,fma"))) static double fma_loop(long iters) {
+__attribute__((target("avx512f,fma"))) static double fma_loop512(long iters) {
     const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-    PEAK_LOOP(iters, _mm512_fmadd_ps(a[i], x, y));
+    PEAK_LOOP(__m512, _mm512_set1_ps, iters, _mm512_fmadd_ps(a[i], x, y));
+}
+
+__attribute__((target("avx2,fma"))) static double fma_loop256(long iters) {
+    const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+    PEAK_LOOP(__m256, _mm256_set1_ps, iters, _mm256_fmadd_ps(a[i], x, y));
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static double bf16_loop(long iters) {
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3F80), y = (__m512bh)_mm512_set1_epi16(0x3380);
-    PEAK_LOOP(iters, _mm512_dpbf16_ps(a[i], x, y));
+    PEAK_LOOP(__m512, _mm512_set1_ps, iters, _mm512_dpbf16_ps(a[i], x, y));
 }
 
 static void *run(void *arg) {
     job *j = arg;
-    if (j->kind == 0) j->sink = sum_range(j->buf, j->n, j->reps);
-    else if (j->kind == 1) j->sink = fma_loop(j->iters);
-    else j->sink = bf16_loop(j->iters);
+    if (j->kind == 0) j->sink = sum_ranges((const char *)j->buf, NULL, 1, 0, j->n, j->reps);
+    else if (j->kind == 1) j->sink = lanes == 16 ? fma_loop512(j->iters) : fma_loop256(j->iters);
+    else if (j->kind == 2) j->sink = bf16_loop(j->iters);
+    else j->sink = sum_ranges(j->k, j->order, j->n, j->page, j->page / 4, 1) +
+                   sum_ranges(j->v, j->order, j->n, j->page, j->page / 4, 1);
     return NULL;
 }
 
+/* Runs base on nth threads, each on its 1/nth of base->n (floats, a multiple of 64; pages for read_pages). */
 static double on_threads(job *base, int nth) {
     pthread_t t[64];
     job jobs[64];
     if (nth < 1) nth = 1;
     if (nth > 64) nth = 64;
-    size_t per = base->n / (size_t)nth / 64 * 64;
+    const int pages = base->kind == 3;
+    size_t per = pages ? base->n / (size_t)nth : base->n / (size_t)nth / 64 * 64;
     for (int i = 0; i < nth; i++) {
         jobs[i] = *base;
         jobs[i].buf = base->buf ? base->buf + (size_t)i * per : NULL;
-        jobs[i].n = per;
+        jobs[i].order = base->order ? base->order + (size_t)i * per : NULL;
+        jobs[i].n = pages && i == nth - 1 ? base->n - (size_t)i * per : per;
     }
     double t0 = now();
     for (int i = 1; i < nth; i++) pthread_create(&t[i], NULL, run, &jobs[i]);
     run(&jobs[0]);
     for (int i = 1; i < nth; i++) pthread_join(t[i], NULL);
-    return now() - t0;
+    const double dt = now() - t0;
+    last_sum = 0;
+    for (int i = 0; i < nth; i++) last_sum += jobs[i].sink;
+    return dt;
 }
+
+double probe_last_sum(void);
+double probe_last_sum(void) { return last_sum; }
 
 double read_bw(const float *buf, size_t bytes, int nth, int reps);
 double read_bw(const float *buf, size_t bytes, int nth, int reps) {
-    job j = {buf, bytes / 4, 0, reps, 0, 0};
+    if (!lanes) return -1.0;
+    job j = {.buf = buf, .n = bytes / 4, .reps = reps, .kind = 0};
+    return on_threads(&j, nth);
+}
+
+double read_pages(const char *k, const char *v, size_t page_bytes, const int32_t *order, long n, int nth);
+double read_pages(const char *k, const char *v, size_t page_bytes, const int32_t *order, long n, int nth) {
+    if (!lanes || page_bytes % 256 || n < 1) return -1.0; /* whole 64-float steps of the sums */
+    job j = {.n = (size_t)n, .kind = 3, .k = k, .v = v, .page = page_bytes, .order = order};
     return on_threads(&j, nth);
 }
 
 double fma_peak(long iters, int nth);
 double fma_peak(long iters, int nth) {
-    job j = {NULL, 0, iters, 0, 1, 0};
+    if (!lanes) return -1.0;
+    job j = {.iters = iters, .kind = 1};
     return on_threads(&j, nth);
 }
 
@@ -105,6 +196,6 @@ double bf16dot_peak(long iters, int nth);
 double bf16dot_peak(long iters, int nth) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512bf16")) return -1.0;
-    job j = {NULL, 0, iters, 0, 2, 0};
+    job j = {.iters = iters, .kind = 2};
     return on_threads(&j, nth);
 }

@@ -6,10 +6,13 @@ probe, torch), because this machine is shared and absolute times drift."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
 import statistics
+import subprocess
+import tempfile
 import time
 from typing import Callable
 
@@ -29,6 +32,28 @@ def interleaved(ops: dict[str, Callable[[], object]], repeats: int, warmup: int 
             f()
             samples[k].append(time.perf_counter() - t0)
     return {k: {"best": min(v), "median": statistics.median(v), "samples": v} for k, v in samples.items()}
+
+
+def build_probe(isa: str):
+    """The machine probes of _attn_probe.c, built with the system compiler, their vector width set to the
+    kernels' (`isa`: vtinfer's active ISA; 16 lanes for avx512 where the CPU has it, else 8 with AVX2 + FMA).
+    Returns the library; `lib.lanes` is the width taken (0: the CPU has neither, and every probe returns -1)."""
+    src = os.path.join(os.path.dirname(__file__), "_attn_probe.c")
+    so = os.path.join(tempfile.mkdtemp(), "probe.so")
+    subprocess.check_call(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", so, src])
+    lib = ctypes.CDLL(so)
+    sig = {"read_bw": [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int],
+           "read_pages": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_long,
+                          ctypes.c_int],
+           "fma_peak": [ctypes.c_long, ctypes.c_int], "bf16dot_peak": [ctypes.c_long, ctypes.c_int]}
+    for name, args in sig.items():
+        getattr(lib, name).restype = ctypes.c_double
+        getattr(lib, name).argtypes = args
+    lib.probe_last_sum.restype = ctypes.c_double
+    lib.probe_lanes.restype = ctypes.c_int
+    lib.probe_lanes.argtypes = [ctypes.c_int]
+    lib.lanes = lib.probe_lanes(16 if isa == "avx512" else 8)
+    return lib
 
 
 def machine() -> dict[str, object]:

@@ -10,7 +10,8 @@ dtypes see the same logits and the same softmax.
 Probes, built from benchmarks/_attn_probe.c with the system compiler and run
 in the same process inside every round of every shape (so a load change hits
 kernels and probes alike): read bandwidth of a buffer of the
-cache's bytes on 1 and on N threads, the fp32 FMA peak and the AVX512-BF16
+cache's bytes on 1 and on N threads, the fp32 FMA peak (at the vector width
+of the ISA the kernels run: 16 lanes on AVX-512, 8 on AVX2) and the AVX512-BF16
 pair-dot (vdpbf16ps) peak on N threads. Per shape it prints the median time
 of R interleaved rounds, the binding limit (memory: KV bytes / N-thread
 read bandwidth; compute: QK + PV flops / fp32 FMA peak, the instruction the
@@ -34,13 +35,10 @@ is not converted, `--model-kv 0` leaves it out). Never asserts.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import ml_dtypes
@@ -49,22 +47,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import vtinfer as vt  # noqa: E402
 from vtinfer import _C  # noqa: E402
+from _common import build_probe  # noqa: E402
 
 HKV, D, BS = 8, 128, 16
-
-
-def build_probe():
-    src = os.path.join(os.path.dirname(__file__), "_attn_probe.c")
-    so = os.path.join(tempfile.mkdtemp(), "probe.so")
-    subprocess.check_call(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", so, src])
-    lib = ctypes.CDLL(so)
-    lib.read_bw.restype = ctypes.c_double
-    lib.read_bw.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
-    lib.fma_peak.restype = ctypes.c_double
-    lib.fma_peak.argtypes = [ctypes.c_long, ctypes.c_int]
-    lib.bf16dot_peak.restype = ctypes.c_double
-    lib.bf16dot_peak.argtypes = [ctypes.c_long, ctypes.c_int]
-    return lib
 
 
 def values(shape, rng):
@@ -210,7 +195,7 @@ def main():
                     help="where the captured K/V are kept")
     a = ap.parse_args()
     nth = a.threads or len(os.sched_getaffinity(0))
-    lib = build_probe()
+    lib = build_probe(_C.isa())
     # torch held to the ISA vtinfer runs (VTINFER_ISA=avx2 on an AVX-512 machine gives the AVX2 figures of both);
     # set before torch is imported, and never over a value the caller set
     held = {"avx2": "avx2", "scalar": "default"}.get(os.environ.get("VTINFER_ISA", ""))
@@ -234,7 +219,7 @@ def main():
 
     def compute_probes():
         """(fp32 FMA, bf16-dot) peaks in flop/s, best of 2 each; run inside every round."""
-        f = max(iters * 16 * 16 * 2 * nth / lib.fma_peak(iters, nth) for _ in range(2))
+        f = max(iters * 16 * lib.lanes * 2 * nth / lib.fma_peak(iters, nth) for _ in range(2))
         b = max(iters * 16 * 64 * nth / lib.bf16dot_peak(iters, nth) for _ in range(2)) if has_bf16dot else float("nan")
         return f, b
 
@@ -321,11 +306,12 @@ def main():
     res["load_average_end"] = os.getloadavg()
     res["probes"]["fma_peak_gflops"] = statistics.median(all_fma) / 1e9
     res["probes"]["bf16dot_peak_gflops"] = statistics.median(all_bfd) / 1e9
+    res["probes"]["fma_lanes"] = lib.lanes
     res["probes"]["note"] = "medians over every round of every shape (each round runs the compute probes)"
 
     p = res["probes"]
     print(f"isa {res['isa']}  threads {nth}  torch {tver}  load {res['load_average'][0]:.1f} -> "
-          f"{res['load_average_end'][0]:.1f}  fp32 FMA peak {p['fma_peak_gflops']:.0f} GFLOP/s  "
+          f"{res['load_average_end'][0]:.1f}  fp32 FMA peak ({lib.lanes} lanes) {p['fma_peak_gflops']:.0f} GFLOP/s  "
           f"bf16-dot peak {p['bf16dot_peak_gflops']:.0f} GFLOP/s")
     if "model_kv" in res:
         print(f"model K/V case {res['model_kv']}")

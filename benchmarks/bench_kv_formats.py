@@ -1,11 +1,12 @@
 """Decode speed of the per-token-head KV formats next to bfloat16 and per-tensor fp8, one run.
 
-python benchmarks/bench_kv_formats.py [--ctx 32768] [--reps 5] [--threads N] [--no-int4] [--slots]
-                                      [--dtypes FMT,FMT,...]
+python benchmarks/bench_kv_formats.py [--ctx 32768] [--block-size 16] [--reps 5] [--threads N] [--no-int4]
+                                      [--slots] [--dtypes FMT,FMT,...]
                                       [--ggml SRC --ggml-lib LIBDIR] [--out FILE]
 
 One query per KV-head group (decode) over a 32K-token sequence, H_kv 8,
-D 128, block_size 16, shuffled blocks, GQA 1/4/8, bf16 queries; the caches
+D 128, block_size 16 (``--block-size``: vLLM's CPU default is 128), shuffled
+blocks, GQA 1/4/8, bf16 queries; the caches
 are filled by PagedKVCache.store, except int4_per_token_head, which has no
 PagedKVCache here: its caller-owned caches (vLLM's uint8 page views) are
 filled by vt.reshape_and_cache_flash and read by vt.flash_attn_varlen_func
@@ -17,9 +18,16 @@ float32 tile); ``--dtypes`` runs the formats it names instead (any of the
 above and the other TurboQuant presets). ``--ggml`` adds ggml's CPU flash attention
 (``ggml_flash_attn_ext``) over the same K / V values as f16, q8_0 and q4_0,
 contiguous (ggml has no pages), float32 queries, in the same rounds
-(_common.GGML_HOWTO says how to build one). The --reps rounds are interleaved (every format and GQA once per
-round) and the times are their best/median; ratios are taken within this
-run (the machine is shared: quote same-run ratios only, with the load).
+(_common.GGML_HOWTO says how to build one). Each round also runs the paged
+read probe (benchmarks/_attn_probe.c ``read_pages``) per paged format: the
+threads read that format's K and V code pages (block_size x H_kv rows of its
+row bytes each; the per-token-head scales left out) in the block table's
+order, split as the sequence is, and nothing else: ``page_read_ms``, each
+read's time over it (``over_page_read``, GQA 1), and the speed over bf16
+that the page reads alone allow (``page_read_speedup_vs_bf16``): smaller
+pages read slower per byte. The --reps rounds are interleaved (every format
+and GQA once per round) and the times are their best/median; ratios are taken
+within this run (the machine is shared: quote same-run ratios only, with the load).
 Benchmarks never assert.
 """
 
@@ -34,7 +42,7 @@ import ml_dtypes
 import numpy as np
 
 import vtinfer as vt
-from _common import GGML_HOWTO, ggml_flash_attn
+from _common import GGML_HOWTO, build_probe, ggml_flash_attn
 
 DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head")
 INT4 = "int4_per_token_head"
@@ -42,6 +50,9 @@ SLOTS = ("turboquant_k8v4", "ultraquant_4bit", "octave_k3v4")
 # every slot format the bench can read (--dtypes), SLOTS the ones --slots adds
 SLOT_FORMATS = SLOTS + ("turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc")
 GGML_TYPES = ("f16", "q8_0", "q4_0")
+# bytes of one (token, KV head) code row per D elements, for the paged read probe
+ROW_BYTES = {"bfloat16": 2, "fp8_e4m3": 1, "int8_per_token_head": 1, "fp8_per_token_head": 1,
+             "int4_per_token_head": 0.5}
 
 
 def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
@@ -72,6 +83,8 @@ def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--block-size", type=int, default=16, help="tokens per page (a multiple of 16; vLLM's CPU "
+                    "default is 128)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-int4", action="store_true", help="leave out int4_per_token_head")
@@ -82,7 +95,9 @@ def main() -> None:
     ap.add_argument("--ggml-lib", default=None, help="the folder of that ggml's built shared libraries")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    Hkv, D, BS = 8, 128, 16
+    Hkv, D, BS = 8, 128, a.block_size
+    if BS < 16 or BS % 16 or a.ctx % BS:
+        ap.error(f"--block-size must be a multiple of 16 that divides --ctx; got {BS}")
     nb = a.ctx // BS
     dtypes = tuple(d for d in DTYPES if not (a.no_int4 and d == INT4)) + (SLOTS if a.slots else ())
     if a.dtypes:
@@ -95,10 +110,14 @@ def main() -> None:
     slots = (perm[np.arange(a.ctx) // BS].astype(np.int64) * BS + np.arange(a.ctx) % BS)
     k = rng.standard_normal((a.ctx, Hkv, D)).astype(ml_dtypes.bfloat16)
     v = rng.standard_normal((a.ctx, Hkv, D)).astype(ml_dtypes.bfloat16)
-    res: dict = {"ctx": a.ctx, "reps": a.reps, "uptime": os.getloadavg(), "isa": vt.build_info()["isa"], "ms": {}}
+    res: dict = {"ctx": a.ctx, "block_size": BS, "reps": a.reps, "uptime": os.getloadavg(), "isa": vt.build_info()["isa"], "ms": {}}
     readers = make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, perm[None, :], a.ctx, a.threads)
     qs = {G: rng.standard_normal((1, Hkv * G, D)).astype(ml_dtypes.bfloat16) for G in (1, 4, 8)}
     nth = a.threads or len(os.sched_getaffinity(0))
+    probe = build_probe(res["isa"])
+    # per paged format: its K pages, then its V pages (one buffer)
+    pages = {dt: np.ones(2 * int(nb * BS * Hkv * D * ROW_BYTES[dt]) // 4, np.float32) for dt in dtypes if dt in ROW_BYTES}
+    res["probe_lanes"] = probe.lanes
     if a.ggml:  # ggml reads the same values, contiguous, with float32 queries; one graph per (type, GQA)
         make = ggml_flash_attn(a.ggml, a.ggml_lib or os.path.join(a.ggml, "build", "bin"))
         kf, vf = k.astype(np.float32), v.astype(np.float32)
@@ -119,9 +138,20 @@ def main() -> None:
                 t_own = readers[dt](q)  # ggml's readers time their graph compute themselves
                 t = t_own if isinstance(t_own, float) else time.perf_counter() - t0
                 ts.setdefault(f"{dt} GQA{G}", []).append(t)
+        for dt, buf in pages.items():  # the same pages' read alone, K and V, best of 3 within the round
+            pb, kb = buf.nbytes // (2 * nb), buf.ctypes.data
+            ts.setdefault(f"{dt} page_read", []).append(min(
+                probe.read_pages(kb, kb + nb * pb, pb, perm.ctypes.data, nb, nth) for _ in range(3)))
     for name, t in ts.items():
         res["ms"][name] = {"best": 1e3 * min(t), "median": 1e3 * float(np.median(t))}
     res["uptime_after"] = os.getloadavg()
+    pr = {dt: res["ms"][f"{dt} page_read"]["median"] for dt in pages}
+    for dt in pages:
+        r = res.setdefault("page_read", {})[dt] = {
+            "page_read_ms": pr[dt], "page_bytes": pages[dt].nbytes // (2 * nb),
+            "over_page_read_gqa1": res["ms"][f"{dt} GQA1"]["median"] / pr[dt]}
+        if "bfloat16" in pr:
+            r["page_read_speedup_vs_bf16"] = pr["bfloat16"] / pr[dt]
     for G in qs:
         m = {dt: res["ms"][f"{dt} GQA{G}"]["median"] for dt in dtypes}
         for dt in dtypes:  # against whichever of the two references this run has
