@@ -58,3 +58,15 @@ def test_the_second_pass_runs_only_what_skipped_and_requires_each_installed_pack
 def test_the_vllm_leg_hook_is_there_once():
     hook = 'if [ -x .ci/vllm_leg ]; then step "vLLM engine tests"; .ci/vllm_leg; fi'
     assert CI.count(hook) == 1
+
+
+def test_the_sanitizer_leg_starts_after_the_demo_and_before_the_long_steps():
+    """Every model and checkpoint the suite reads is fetched and converted before the background leg
+    starts (no two processes write one cache file); it then overlaps the vLLM leg and the C steps."""
+    lines = _lines()
+    at = {key: next(i for i, ln in enumerate(lines) if key in ln)
+          for key in ('pytest -rs "@$skipped"', "vtinfer demo --json", "setsid .ci/sanitize_python", ".ci/vllm_leg",
+                      "make -j\"$(nproc)\" -C tests/c full", "tests/mutation/run.py --fast", 'wait "$san_pid"')}
+    order = sorted(at, key=at.get)
+    assert order == ['pytest -rs "@$skipped"', "vtinfer demo --json", "setsid .ci/sanitize_python", ".ci/vllm_leg",
+                     "make -j\"$(nproc)\" -C tests/c full", "tests/mutation/run.py --fast", 'wait "$san_pid"'], order
