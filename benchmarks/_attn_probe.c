@@ -56,48 +56,28 @@ typedef struct job {
     const int32_t *order;
 } job;
 
-__attribute__((target("avx512f"))) static __m512 sum512(__m512 a, const float *p, size_t n) {
-    __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
-    for (size_t i = 0; i + 64 <= n; i += 64) {
-        a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+/* NAME(base, order, cnt, stride, n, reps): the sum of the n floats (a multiple of 4 W) of each of the cnt ranges
+ * at base + order[i] * stride (order NULL: range i), reps times, in four accumulators of type V (W lanes). */
+#define SUM_RANGES(NAME, TARGET, V, W, ZERO, LOAD, ADD)                                                                \
+    __attribute__((target(TARGET))) static double NAME(const char *base, const int32_t *order, size_t cnt,            \
+                                                       size_t stride, size_t n, int reps) {                            \
+        V a[4] = {ZERO(), ZERO(), ZERO(), ZERO()};                                                                     \
+        for (int r = 0; r < reps; r++)                                                                                 \
+            for (size_t i = 0; i < cnt; i++) {                                                                         \
+                const float *p = (const float *)(base + (size_t)(order ? order[i] : (int32_t)i) * stride);             \
+                for (size_t e = 0; e + 4 * (W) <= n; e += 4 * (W))                                                     \
+                    _Pragma("GCC unroll 4")                                                                            \
+                    for (int u = 0; u < 4; u++) a[u] = ADD(a[u], LOAD(p + e + (size_t)u * (W)));                       \
+            }                                                                                                          \
+        float o[4 * (W)];                                                                                              \
+        __builtin_memcpy(o, a, sizeof o);                                                                              \
+        double s = 0;                                                                                                  \
+        for (int e = 0; e < 4 * (W); e++) s += o[e];                                                                   \
+        return s;                                                                                                      \
     }
-    return _mm512_add_ps(_mm512_add_ps(a, a1), _mm512_add_ps(a2, a3));
-}
 
-__attribute__((target("avx2"))) static __m256 sum256(__m256 a, const float *p, size_t n) {
-    __m256 a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        a = _mm256_add_ps(a, _mm256_loadu_ps(p + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-    }
-    return _mm256_add_ps(_mm256_add_ps(a, a1), _mm256_add_ps(a2, a3));
-}
-
-/* The sum of the n floats of each of the cnt ranges base[order[i] * stride] (order NULL: range i), reps times. */
-__attribute__((target("avx512f"))) static double sum_ranges512(const char *base, const int32_t *order, size_t cnt,
-                                                               size_t stride, size_t n, int reps) {
-    __m512 a = _mm512_setzero_ps();
-    for (int r = 0; r < reps; r++)
-        for (size_t i = 0; i < cnt; i++)
-            a = sum512(a, (const float *)(base + (size_t)(order ? order[i] : (int32_t)i) * stride), n);
-    return _mm512_reduce_add_ps(a);
-}
-
-__attribute__((target("avx2"))) static double sum_ranges256(const char *base, const int32_t *order, size_t cnt,
-                                                            size_t stride, size_t n, int reps) {
-    __m256 a = _mm256_setzero_ps();
-    for (int r = 0; r < reps; r++)
-        for (size_t i = 0; i < cnt; i++)
-            a = sum256(a, (const float *)(base + (size_t)(order ? order[i] : (int32_t)i) * stride), n);
-    float t[8];
-    _mm256_storeu_ps(t, a);
-    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
+SUM_RANGES(sum_ranges512, "avx512f", __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_add_ps)
+SUM_RANGES(sum_ranges256, "avx2", __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_add_ps)
 
 static double sum_ranges(const char *base, const int32_t *order, size_t cnt, size_t stride, size_t n, int reps) {
     return lanes == 16 ? sum_ranges512(base, order, cnt, stride, n, reps) : sum_ranges256(base, order, cnt, stride, n, reps);
