@@ -37,7 +37,8 @@ def interleaved(ops: dict[str, Callable[[], object]], repeats: int, warmup: int 
 def build_probe(isa: str):
     """The machine probes of _attn_probe.c, built with the system compiler, their vector width set to the
     kernels' (`isa`: vtinfer's active ISA; 16 lanes for avx512 where the CPU has it, else 8 with AVX2 + FMA).
-    Returns the library; `lib.lanes` is the width taken (0: the CPU has neither, and every probe returns -1)."""
+    Returns the library; `lib.lanes` is the width taken (0: the CPU has neither, and every probe returns -1),
+    `lib.fmas_per_iter` the FMAs of one fma_peak iteration at that width."""
     src = os.path.join(os.path.dirname(__file__), "_attn_probe.c")
     so = os.path.join(tempfile.mkdtemp(), "probe.so")
     subprocess.check_call(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", so, src])
@@ -53,6 +54,7 @@ def build_probe(isa: str):
     lib.probe_lanes.restype = ctypes.c_int
     lib.probe_lanes.argtypes = [ctypes.c_int]
     lib.lanes = lib.probe_lanes(16 if isa == "avx512" else 8)
+    lib.fmas_per_iter = lib.probe_fmas_per_iter()  # fma_peak's FMAs per iteration at that width
     return lib
 
 

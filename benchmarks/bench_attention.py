@@ -10,7 +10,10 @@ dtypes see the same logits and the same softmax.
 Probes, built from benchmarks/_attn_probe.c with the system compiler and run
 in the same process inside every round of every shape (so a load change hits
 kernels and probes alike): read bandwidth of a buffer of the
-cache's bytes on 1 and on N threads, the fp32 FMA peak (at the vector width
+cache's bytes on 1 and on N threads, the paged read of the same bytes (pages
+of the cache's size in the block table's order, split over the threads:
+``frac/pages`` is its time over the kernel's, the part of the read that is the
+pages' own), the fp32 FMA peak (at the vector width
 of the ISA the kernels run: 16 lanes on AVX-512, 8 on AVX2) and the AVX512-BF16
 pair-dot (vdpbf16ps) peak on N threads. Per shape it prints the median time
 of R interleaved rounds, the binding limit (memory: KV bytes / N-thread
@@ -219,7 +222,7 @@ def main():
 
     def compute_probes():
         """(fp32 FMA, bf16-dot) peaks in flop/s, best of 2 each; run inside every round."""
-        f = max(iters * 16 * lib.lanes * 2 * nth / lib.fma_peak(iters, nth) for _ in range(2))
+        f = max(iters * lib.fmas_per_iter * lib.lanes * 2 * nth / lib.fma_peak(iters, nth) for _ in range(2))
         b = max(iters * 16 * 64 * nth / lib.bf16dot_peak(iters, nth) for _ in range(2)) if has_bf16dot else float("nan")
         return f, b
 
@@ -261,6 +264,8 @@ def main():
             for tn, f in torch_ops(torch, q, k, v, args["block_table"], G, ql, nth).items():
                 ops["torch_" + tn] = f
         bufs = {kv: np.ones((caches[kv][0].nbytes * 2) // 4, np.float32) for kv in caches}
+        order = np.ascontiguousarray(args["block_table"].ravel(), np.int32)  # every sequence's pages, in its order
+        pr = {kv: [] for kv in caches}
         samples = {k: [] for k in ops}
         bw1 = {kv: [] for kv in caches}
         bwn = {kv: [] for kv in caches}
@@ -275,6 +280,9 @@ def main():
             for kv, b in bufs.items():  # best of 3 reads within a round, median over rounds
                 bw1[kv].append(max(b.nbytes / lib.read_bw(b.ctypes.data, b.nbytes, 1, 1) for _ in range(3)))
                 bwn[kv].append(max(b.nbytes / lib.read_bw(b.ctypes.data, b.nbytes, nth, 1) for _ in range(3)))
+                pb = caches[kv][0][0].nbytes  # one page of K (as of V): the buffer holds K's pages, then V's
+                pr[kv].append(min(lib.read_pages(b.ctypes.data, b.ctypes.data + b.nbytes // 2, pb, order.ctypes.data,
+                                                 len(order), nth) for _ in range(3)))
             f_, b_ = compute_probes()
             fmas.append(f_)
             bfds.append(b_)
@@ -297,7 +305,9 @@ def main():
                        f"read_bw_{nth}t_GBps": bw / 1e9, "limit_s": limit, "bound": bound,
                        "fraction_of_limit": limit / med[kv], "kv_bytes_per_s_over_read_bw": nbytes / med[kv] / bw,
                        "limit_bf16dot_s": limit2, "bound_bf16dot": bound2,
-                       "fraction_of_bf16dot_limit": limit2 / med[kv], "gflops": flops / med[kv] / 1e9}
+                       "fraction_of_bf16dot_limit": limit2 / med[kv], "gflops": flops / med[kv] / 1e9,
+                       "page_read_s": statistics.median(pr[kv]),
+                       "fraction_of_page_read": statistics.median(pr[kv]) / med[kv]}
         out["fp8_speedup_over_bf16"] = med["bfloat16"] / med["fp8_e4m3"]
         for tk_ in [k for k in med if k.startswith("torch_")]:
             out[f"bf16_time_over_{tk_}"] = med["bfloat16"] / med[tk_]
@@ -316,13 +326,13 @@ def main():
     if "model_kv" in res:
         print(f"model K/V case {res['model_kv']}")
     print(f"{'shape':34s} {'kv':9s} {'ms':>8s} {'limit ms':>9s} {'bound':>9s} {'frac':>6s} {'frac/bf16dot':>12s} "
-          f"{'rd bw GB/s':>10s}")
+          f"{'rd bw GB/s':>10s} {'frac/pages':>10s}")
     for name, o in res["shapes"].items():
         for kv in ("bfloat16", "fp8_e4m3"):
             r = o[kv]
             print(f"{name:34s} {kv:9s} {o['median_s'][kv] * 1e3:8.2f} {r['limit_s'] * 1e3:9.2f} {r['bound']:>9s} "
                   f"{r['fraction_of_limit']:6.3f} {r['fraction_of_bf16dot_limit']:12.3f} "
-                  f"{r[f'read_bw_{nth}t_GBps']:10.1f}")
+                  f"{r[f'read_bw_{nth}t_GBps']:10.1f} {r['fraction_of_page_read']:10.3f}")
         extra = "  ".join(f"{k[6:]} {v * 1e3:.2f} ms" for k, v in o["median_s"].items() if k.startswith("torch_"))
         ratios = "  ".join(f"{k[15:]}: {v:.3f}" for k, v in o.items() if k.startswith("bf16_time_over_"))
         print(f"{'':34s} fp8/bf16 speedup {o['fp8_speedup_over_bf16']:.3f}  {extra}  bf16 time / torch {ratios}")

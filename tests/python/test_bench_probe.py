@@ -38,6 +38,8 @@ def test_lanes_follow_the_kernels_isa(probe, want):
     if want not in widths():
         pytest.skip(f"this CPU has no {want}-lane fp32 FMA")
     assert probe.probe_lanes(want) == want
+    # fma_peak's FMAs per iteration: 16 accumulators in AVX-512's 32 registers, 12 in AVX2's 16 (no spills)
+    assert probe.probe_fmas_per_iter() == {8: 12, 16: 16}[want]
     assert probe.fma_peak(1000, 1) > 0
 
 
