@@ -5,16 +5,17 @@
  * returns the lanes it took, 0 where the CPU has neither (every probe then returns -1):
  *   read_bw(buf, bytes, nth, reps) -> seconds for nth threads each summing
  *                                     its 1/nth of buf, reps times
- *   read_pages(k, v, page_bytes, order, n, nth)
+ *   read_pages(k, v, page_bytes, order, n, npages, nth)
  *                                  -> seconds for nth threads each summing the K and the V
  *                                     page (page_bytes each, at k + order[i] * page_bytes
  *                                     and v + ...) of its 1/nth of the n entries of order,
  *                                     a contiguous share, as the attention splits a sequence
  *                                     over threads: the read of a paged cache in its
- *                                     block-table order, nothing else
+ *                                     block-table order, nothing else; -1 where an entry
+ *                                     is outside the npages pages of k and of v
  *   fma_peak(iters, nth)           -> seconds for iters x probe_fmas_per_iter() independent
  *                                     fp32 FMAs of probe_lanes lanes per thread (2 flops
- *                                     per lane): 16 with AVX-512, 12 with AVX2
+ *                                     per lane): ACC512 with AVX-512, ACC256 with AVX2
  *   bf16dot_peak(iters, nth)       -> seconds for iters x 16 independent
  *                                     vdpbf16ps per thread (32 bf16 products
  *                                     = 64 flops per instruction); -1 when the
@@ -88,6 +89,8 @@ static double sum_ranges(const char *base, const int32_t *order, size_t cnt, siz
  * expression of a[i]), then summed into the double s. Unrolled, so the accumulators live in registers (a loop
  * over a[] at -O2 kept them in memory and measured the store-to-load latency, not the FMA ports): N = 16 of the
  * 32 AVX-512 registers, 12 of AVX2's 16 (16 there spill beside the two constants: measured 0.57 of the peak). */
+#define ACC512 16
+#define ACC256 12
 #define PEAK_LOOP(V, SET1, N, iters, STEP)                                                                             \
     V a[N];                                                                                                            \
     for (int i = 0; i < (N); i++) a[i] = SET1((float)i);                                                               \
@@ -103,17 +106,17 @@ static double sum_ranges(const char *base, const int32_t *order, size_t cnt, siz
 
 __attribute__((target("avx512f,fma"))) static double fma_loop512(long iters) {
     const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-    PEAK_LOOP(__m512, _mm512_set1_ps, 16, iters, _mm512_fmadd_ps(a[i], x, y));
+    PEAK_LOOP(__m512, _mm512_set1_ps, ACC512, iters, _mm512_fmadd_ps(a[i], x, y));
 }
 
 __attribute__((target("avx2,fma"))) static double fma_loop256(long iters) {
     const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-    PEAK_LOOP(__m256, _mm256_set1_ps, 12, iters, _mm256_fmadd_ps(a[i], x, y));
+    PEAK_LOOP(__m256, _mm256_set1_ps, ACC256, iters, _mm256_fmadd_ps(a[i], x, y));
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static double bf16_loop(long iters) {
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3F80), y = (__m512bh)_mm512_set1_epi16(0x3380);
-    PEAK_LOOP(__m512, _mm512_set1_ps, 16, iters, _mm512_dpbf16_ps(a[i], x, y));
+    PEAK_LOOP(__m512, _mm512_set1_ps, ACC512, iters, _mm512_dpbf16_ps(a[i], x, y));
 }
 
 static void *run(void *arg) {
@@ -160,15 +163,17 @@ double read_bw(const float *buf, size_t bytes, int nth, int reps) {
     return on_threads(&j, nth);
 }
 
-double read_pages(const char *k, const char *v, size_t page_bytes, const int32_t *order, long n, int nth);
-double read_pages(const char *k, const char *v, size_t page_bytes, const int32_t *order, long n, int nth) {
+double read_pages(const char *k, const char *v, size_t page_bytes, const int32_t *order, long n, long npages, int nth);
+double read_pages(const char *k, const char *v, size_t page_bytes, const int32_t *order, long n, long npages, int nth) {
     if (!lanes || page_bytes % 256 || n < 1) return -1.0; /* whole 64-float steps of the sums */
+    for (long i = 0; i < n; i++)
+        if (order[i] < 0 || order[i] >= npages) return -1.0; /* a page the buffers do not hold */
     job j = {.n = (size_t)n, .kind = 3, .k = k, .v = v, .page = page_bytes, .order = order};
     return on_threads(&j, nth);
 }
 
 int probe_fmas_per_iter(void);
-int probe_fmas_per_iter(void) { return lanes == 16 ? 16 : 12; }
+int probe_fmas_per_iter(void) { return lanes == 16 ? ACC512 : ACC256; }
 
 double fma_peak(long iters, int nth);
 double fma_peak(long iters, int nth) {

@@ -45,7 +45,7 @@ def build_probe(isa: str):
     lib = ctypes.CDLL(so)
     sig = {"read_bw": [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int],
            "read_pages": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_long,
-                          ctypes.c_int],
+                          ctypes.c_long, ctypes.c_int],
            "fma_peak": [ctypes.c_long, ctypes.c_int], "bf16dot_peak": [ctypes.c_long, ctypes.c_int]}
     for name, args in sig.items():
         getattr(lib, name).restype = ctypes.c_double

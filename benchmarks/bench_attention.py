@@ -282,7 +282,7 @@ def main():
                 bwn[kv].append(max(b.nbytes / lib.read_bw(b.ctypes.data, b.nbytes, nth, 1) for _ in range(3)))
                 pb = caches[kv][0][0].nbytes  # one page of K (as of V): the buffer holds K's pages, then V's
                 pr[kv].append(min(lib.read_pages(b.ctypes.data, b.ctypes.data + b.nbytes // 2, pb, order.ctypes.data,
-                                                 len(order), nth) for _ in range(3)))
+                                                 len(order), b.nbytes // 2 // pb, nth) for _ in range(3)))
             f_, b_ = compute_probes()
             fmas.append(f_)
             bfds.append(b_)

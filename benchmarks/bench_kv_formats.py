@@ -24,8 +24,7 @@ threads read that format's K and V code pages (block_size x H_kv rows of its
 row bytes each; the per-token-head scales left out) in the block table's
 order, split as the sequence is, and nothing else: ``page_read_ms``, each
 read's time over it (``over_page_read``, GQA 1), and the speed over bf16
-that the page reads alone allow (``page_read_speedup_vs_bf16``): smaller
-pages read slower per byte. The --reps rounds are interleaved (every format
+that the page reads alone allow (``page_read_speedup_vs_bf16``). The --reps rounds are interleaved (every format
 and GQA once per round) and the times are their best/median; ratios are taken
 within this run (the machine is shared: quote same-run ratios only, with the load).
 Benchmarks never assert.
@@ -141,7 +140,7 @@ def main() -> None:
         for dt, buf in pages.items():  # the same pages' read alone, K and V, best of 3 within the round
             pb, kb = buf.nbytes // (2 * nb), buf.ctypes.data
             ts.setdefault(f"{dt} page_read", []).append(min(
-                probe.read_pages(kb, kb + nb * pb, pb, perm.ctypes.data, nb, nth) for _ in range(3)))
+                probe.read_pages(kb, kb + nb * pb, pb, perm.ctypes.data, nb, nb, nth) for _ in range(3)))
     for name, t in ts.items():
         res["ms"][name] = {"best": 1e3 * min(t), "median": 1e3 * float(np.median(t))}
     res["uptime_after"] = os.getloadavg()

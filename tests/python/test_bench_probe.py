@@ -54,7 +54,7 @@ def test_read_pages_reads_the_tables_pages(probe, want, nth):
     k = np.repeat(rng.integers(1, 9, n_pages).astype(np.float32), page // 4)
     v = np.repeat(rng.integers(1, 9, n_pages).astype(np.float32) * 16, page // 4)
     order = rng.integers(0, n_pages, 29).astype(np.int32)  # a page may repeat; some are never read
-    t = probe.read_pages(k.ctypes.data, v.ctypes.data, page, order.ctypes.data, len(order), nth)
+    t = probe.read_pages(k.ctypes.data, v.ctypes.data, page, order.ctypes.data, len(order), n_pages, nth)
     assert t > 0
     want_sum = (page // 4) * (k[order * (page // 4)].sum(dtype=np.float64) + v[order * (page // 4)].sum(dtype=np.float64))
     assert probe.probe_last_sum() == want_sum
@@ -71,5 +71,15 @@ def test_read_pages_refuses_partial_steps(probe):
     probe.probe_lanes(8)
     k = np.ones(1024, np.float32)
     order = np.zeros(2, np.int32)
-    assert probe.read_pages(k.ctypes.data, k.ctypes.data, 1000, order.ctypes.data, 2, 1) == -1.0
-    assert probe.read_pages(k.ctypes.data, k.ctypes.data, 1024, order.ctypes.data, 0, 1) == -1.0
+    assert probe.read_pages(k.ctypes.data, k.ctypes.data, 1000, order.ctypes.data, 2, 4, 1) == -1.0
+    assert probe.read_pages(k.ctypes.data, k.ctypes.data, 1024, order.ctypes.data, 0, 4, 1) == -1.0
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_read_pages_refuses_pages_outside_its_buffers(probe, bad):
+    probe.probe_lanes(8)
+    k = np.ones(2048, np.float32)  # 8 pages of 1024 bytes, of which the call is told 4: a miss reads no foreign memory
+    order = np.array([0, bad, 1], np.int32)
+    assert probe.read_pages(k.ctypes.data, k.ctypes.data, 1024, order.ctypes.data, 3, 4, 1) == -1.0
+    order[1] = 3  # the last page is inside
+    assert probe.read_pages(k.ctypes.data, k.ctypes.data, 1024, order.ctypes.data, 3, 4, 1) > 0
