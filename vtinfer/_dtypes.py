@@ -76,6 +76,13 @@ class DtypeInfo:
         vLLM keeps the first and last ``min(n, num_layers // 2)`` attention
         layers at the model dtype with this format (TurboQuant, UltraQuant: 2);
         0: every layer takes it.
+    pair_dot : bool
+        Every value a code decodes to (``int4_per_token_head``: minus its zero
+        point) is a bfloat16 value, so on CPUs with AVX512-BF16 the pair-dot
+        tile reads the pages (bf16 queries, >= 4 query rows per KV head).
+    causal_only : bool
+        vLLM reads the format under a causal mask only
+        (``int4_per_token_head``); a non-causal read is refused.
     """
 
     id: int
@@ -103,6 +110,8 @@ class DtypeInfo:
     rope_block: int
     key_basis: str
     boundary_layers: int
+    pair_dot: bool
+    causal_only: bool
 
     def head_size_error(self, head_size: int) -> str | None:
         """None when this format stores head rows of ``head_size`` elements, else its one geometry rule's message

@@ -114,7 +114,7 @@ int vt_co_is_code(vt_elem e) { return e == VT_ELEM_U8 || e == VT_ELEM_E4M3 || e 
 /* The fp8 format a code array holds under `fmt` (TypeError when an
  * ml_dtypes float8 array names the other one). */
 int vt_co_code_fmt(const vt_tensor *t, int fmt, const char *fn, const char *arg, const char *flag) {
-    int implied = t->elem == VT_ELEM_E4M3 ? VT_DTYPE_FP8_E4M3 : t->elem == VT_ELEM_E5M2 ? VT_DTYPE_FP8_E5M2 : -1;
+    const int implied = t->elem == VT_ELEM_E4M3 || t->elem == VT_ELEM_E5M2 ? (int)t->elem : -1; /* a float8 array's own */
     if (fmt == VT_DTYPE_AUTO) {
         PyErr_Format(PyExc_TypeError, "%s: %s must name the fp8 format ('fp8', 'fp8_e4m3' or 'fp8_e5m2') for %s of "
                      "dtype %s; got 'auto'", fn, flag, arg, t->dtype_name);
@@ -122,8 +122,7 @@ int vt_co_code_fmt(const vt_tensor *t, int fmt, const char *fn, const char *arg,
     }
     if (implied >= 0 && implied != fmt) {
         PyErr_Format(PyExc_TypeError, "%s: %s of dtype %s must be read with %s '%s'; got '%s'", fn, arg,
-                     t->dtype_name, flag, implied == VT_DTYPE_FP8_E4M3 ? "fp8_e4m3" : "fp8_e5m2",
-                     fmt == VT_DTYPE_FP8_E4M3 ? "fp8_e4m3" : "fp8_e5m2");
+                     t->dtype_name, flag, vt_dtype_get(implied)->name, vt_dtype_get(fmt)->name);
         return -1;
     }
     return 0;

@@ -146,7 +146,7 @@ static int resolve_dtypes(const gather_call *g, int *sd, int *dd) {
     }
     if (fmt != VT_DTYPE_AUTO) {
         PyErr_Format(PyExc_TypeError, "%s: src_cache must hold fp8 codes (uint8 or float8) for kv_cache_dtype "
-                     "'%s'; got %s", fn, fmt == VT_DTYPE_FP8_E4M3 ? "fp8_e4m3" : "fp8_e5m2", sc->dtype_name);
+                     "'%s'; got %s", fn, vt_dtype_get(fmt)->name, sc->dtype_name);
         return -1;
     }
     if (sc->elem != dst->elem) {

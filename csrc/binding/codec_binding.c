@@ -216,7 +216,7 @@ static PyObject *py_fp8_quantize(PyObject *m, PyObject *args, PyObject *kw) {
     if ((nth = vt_num_threads_arg(nt_obj, fn)) < 0) return NULL;
     vt_tensor x, out;
     int64_t n;
-    const unsigned out_mask = VT_ELEM_BIT(VT_ELEM_U8) | VT_ELEM_BIT(fmt == VT_DTYPE_FP8_E4M3 ? VT_ELEM_E4M3 : VT_ELEM_E5M2);
+    const unsigned out_mask = VT_ELEM_BIT(VT_ELEM_U8) | VT_ELEM_BIT((vt_elem)fmt); /* the fp8 formats' own float8 elements */
     if (pin_input(st, x_obj, fn, "x", VT_ELEMS_FLOAT, &x) < 0 ||
         pin_output(st, out_obj, &x, fn, "x", out_mask, -1, &out, &n) < 0)
         return NULL;

@@ -338,11 +338,13 @@ static PyObject *kv_repr(PyObject *op) {
     vt_kv_scale_mode km, vm;
     (void)vt_kv_cache_scales(c, 0, &km);
     (void)vt_kv_cache_scales(c, 1, &vm);
-    char buf[512], scales[96];
+    char buf[512], scales[96], codes[40] = "";
     const vt_dtype_info *di = vt_dtype_get(g->dtype);
+    if (di->elem_bits < 8)
+        snprintf(codes, sizeof codes, ", codes=%d per byte%s", 8 / di->elem_bits,
+                 di->read_family == VT_READ_INT4_ROTATED ? " (rotated)" : "");
     if (vt_dtype_per_token_head(g->dtype)) /* the tensor scales are unused: say where the scales are */
-        snprintf(scales, sizeof scales, "scales=per-token-head float32 planes%s",
-                 g->dtype == VT_DTYPE_INT4_PTH ? ", codes=2 per byte (rotated)" : "");
+        snprintf(scales, sizeof scales, "scales=per-token-head float32 planes%s", codes);
     else if (di->page_layout == VT_PAGE_SLOTS && di->rope_block > 0)
         snprintf(scales, sizeof scales, "scales=in-slot, slot_bytes=%zu, rope_dim=%lld", vt_kv_cache_row_bytes(c),
                  (long long)g->rope_dim);

@@ -61,6 +61,18 @@ typedef struct vt_tensor {
  * names otherwise ("uint8", "int32", "int64", "float64"). */
 const char *vt_elem_name(vt_elem e);
 
+/* Whether an array of element e can hold the codes of the per-token-head format `dtype`, from its table row:
+ * packed codes (elem_bits < 8) as uint8 bytes, integer codes as int8, fp8 codes as uint8 or their float8 type.
+ * `what` (cap bytes) receives the accepted elements in words, for a message ("uint8 (two 4-bit)", "int8",
+ * "uint8 or float8_e4m3fn"). */
+int vt_elem_holds_codes(int dtype, vt_elem e, char *what, size_t cap);
+
+/* Elements of a cache array's last axis that hold one head row of head_size elements of `dtype` (packed codes:
+ * the bytes, head_size * elem_bits / 8); head_size for VT_DTYPE_AUTO. */
+int64_t vt_cache_row_elems(int dtype, int64_t head_size);
+/* That row's length in words for a message: "D", or "D / 2" for two codes per byte; `d` has cap bytes. */
+const char *vt_cache_row_words(int dtype, char *d, size_t cap);
+
 /* Element type of a DLPack dtype (VT_ELEM_OTHER when unknown or lanes != 1). */
 vt_elem vt_elem_from_dl(vt_dl_dtype d);
 

@@ -77,11 +77,9 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
                                 "multiple of %d in [0, %d]; got %lld", kvi->name, kvi->rope_block, p->head_size,
                                 (long long)p->slot_rope_dim);
     }
-    if (p->kv_dtype == VT_DTYPE_INT4_PTH) {
-        if (!p->causal)
-            return vt_error_set(err, VT_ERR_VALUE, FN ": causal must be True for kv_cache_dtype "
-                                "'int4_per_token_head' (vLLM's int4 read is causal only); got False");
-    }
+    if (kvi->causal_only && !p->causal)
+        return vt_error_set(err, VT_ERR_VALUE, FN ": causal must be True for kv_cache_dtype '%s' (vLLM reads it "
+                            "causal only); got False", kvi->name);
     if (vt_dtype_per_token_head(p->kv_dtype)) {
         if (!p->k_scale_cache || !p->v_scale_cache)
             return vt_error_set(err, VT_ERR_VALUE, FN ": k_scale_cache and v_scale_cache must be given for "

@@ -130,10 +130,7 @@ int vt_attn_slot_q_has_nan(const vt_attn_params *p, const uint8_t *src);
  * is rotated back (s ⊙ (H acc) / b, linear, so before the split-KV merge), as the fp32 int4
  * tile and its twin do. Elsewhere (float32 / float16 q, < 4 rows) int4 runs the int4 fp32 tile. */
 static inline int vt_attn_bf16dot_applies(const vt_attn_params *p, int64_t rows_per_group) {
-    const int dt = p->kv_dtype;
-    return p->q_dtype == VT_DTYPE_BF16 && rows_per_group >= 4 &&
-           (dt == VT_DTYPE_BF16 || dt == VT_DTYPE_FP8_E4M3 || dt == VT_DTYPE_FP8_E5M2 || dt == VT_DTYPE_INT8_PTH ||
-            dt == VT_DTYPE_FP8_PTH || dt == VT_DTYPE_INT4_PTH);
+    return p->q_dtype == VT_DTYPE_BF16 && rows_per_group >= 4 && vt_dtype_get(p->kv_dtype)->pair_dot;
 }
 /* Whether the pair-dot tile splits each P V weight w into bf16 hi = bf16(w) and lo = bf16(w - hi)
  * (two pair dots per key pair, ~16 significant bits; see vt_attn_bf16dot_applies): for the

@@ -57,7 +57,7 @@ void vt_attn_int4_rotate_q(const vt_attn_params *p, float *q, int D) {
 static void tile_group(const vt_attn_params *p, const vt_attn_item *it, int g, float *work, float *m, float *l,
                        float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
-    const int int4 = p->kv_dtype == VT_DTYPE_INT4_PTH;
+    const int int4 = vt_dtype_get(p->kv_dtype)->read_family == VT_READ_INT4_ROTATED;
     const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* the rotation's norm (H H = b I) */
     const float logit_mul = vt_attn_logit_mul(p, it->b, g) / b4;
     const int64_t rows = it->nq * G;

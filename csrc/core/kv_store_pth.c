@@ -255,7 +255,7 @@ const vt_store_kernel vt_store_int4 = {.check = pth_check, .run = int4_run};
 
 void vt_pth_dequant_row(int dtype, const uint8_t *codes, float *dst, int64_t n, float scale) {
     const vt_dtype_info *fmt = vt_dtype_get(dtype);
-    if (dtype == VT_DTYPE_INT4_PTH) {
+    if (fmt->read_family == VT_READ_INT4_ROTATED) {
         vt_int4_dequant_row(codes, scale, dst, n);
     } else if (fmt->is_int) {
         for (int64_t i = 0; i < n; i++) dst[i] = (float)(int8_t)codes[i] * scale;

@@ -2,7 +2,9 @@
  * allocation, per-layer/per-head scales, and store/gather through the one
  * store kernel (kv_store.c). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvcache_internal.h"
 #include "vt_internal.h"
@@ -321,10 +323,16 @@ vt_status vt_kv_cache_gather_basis(const vt_kv_cache *c, int64_t layer, const in
         const vt_tq_cache t = slot_cache(c, layer);
         return vt_tq_gather_named(fn, &t, slots, n, k_out, v_out, 1, err);
     }
-    const int int4 = c->cfg.dtype == VT_DTYPE_INT4_PTH;
-    if (rotated && !int4)
-        return vt_error_set(err, VT_ERR_VALUE, "%s: rotated must be False for dtype '%s' (only int4_per_token_head "
-                            "stores rotated codes); got True", fn, vt_dtype_get(c->cfg.dtype)->name);
+    const int int4 = vt_dtype_get(c->cfg.dtype)->read_family == VT_READ_INT4_ROTATED;
+    if (rotated && !int4) {
+        char names[128] = ""; /* the table's formats that store rotated codes */
+        for (int d = 0; d < VT_DTYPE_COUNT; d++)
+            if (vt_dtype_get(d)->read_family == VT_READ_INT4_ROTATED)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                         vt_dtype_get(d)->name);
+        return vt_error_set(err, VT_ERR_VALUE, "%s: rotated must be False for dtype '%s' (only %s stores rotated "
+                            "codes); got True", fn, vt_dtype_get(c->cfg.dtype)->name, names);
+    }
     /* int4: the inverse of the store's rotation (vt_int4_rht_back). */
     const int64_t bs = c->cfg.block_size, H = c->cfg.num_kv_heads, D = c->cfg.head_size;
     const int64_t limit = bs * c->cfg.num_blocks; /* fits: the allocation exists */

@@ -42,6 +42,9 @@ def test_dtype_lists_come_from_the_table():
     assert [d.name for d in vt.DTYPES if d.key_basis == "hadamard"] == names[9:13]
     assert [d.name for d in vt.DTYPES if d.boundary_layers] == names[8:13]
     assert {d.name: d.rope_block for d in vt.DTYPES if d.rope_block} == {"octave_k3v4": 64, "octave_k3v3": 64}
+    # which formats the AVX512-BF16 pair-dot tile reads (their codes are bf16 values) and vLLM's causal-only read
+    assert [d.name for d in vt.DTYPES if d.pair_dot] == names[2:8]
+    assert [d.name for d in vt.DTYPES if d.causal_only] == ["int4_per_token_head"]
     assert vt.FP8_DTYPES == ("fp8_e4m3", "fp8_e5m2")
     # the read's query rounding is a row field: vLLM's UltraQuant rounds the rotated query to e4m3fn
     assert {d.name: d.query_dtype for d in vt.DTYPES if d.query_dtype != "float32"} == {"ultraquant_4bit": "fp8_e4m3"}

@@ -183,13 +183,12 @@ static int check_shapes(vt_attn_call *c) {
             return vt_shape_error(FN, "v", want, v);
         }
     const int pth = c->kv_flag >= 0 && vt_dtype_per_token_head(c->kv_flag);
-    const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
     vt_error gerr;
     if (c->kv_flag >= 0 && vt_dtype_check_head_size(c->kv_flag, D, FN, "q's head size", NULL, &gerr) != VT_OK) {
         PyErr_SetString(PyExc_ValueError, gerr.message);
         return -1;
     }
-    const int64_t row = int4 ? D / 2 : D; /* code elements (bytes for int4) of one head row */
+    const int64_t row = vt_cache_row_elems(c->kv_flag, D); /* code elements (bytes for packed codes) of a head row */
     if (c->kv_flag >= 0 && vt_dtype_get(c->kv_flag)->read_family == VT_READ_SLOTS) {
         if ((c->slot_rope_dim = vt_dtype_rope_of_slot_width(c->kv_flag, (size_t)D, (size_t)k->shape[3])) < 0) {
             snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, slot_bytes] (the slot bytes of '%s' at "
@@ -198,8 +197,10 @@ static int check_shapes(vt_attn_call *c) {
             return vt_shape_error(FN, "k", want, k);
         }
     } else if (k->shape[3] != row && !(pth && k->shape[3] == row + 4)) { /* + 4: vLLM's padded per-token-head views */
-        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s] (q's head size%s)",
-                 (long long)row, pth ? (int4 ? " or D / 2 + 4" : " or D + 4") : "", int4 ? " / 2" : "");
+        char dr[16];
+        vt_cache_row_words(c->kv_flag, dr, sizeof dr);
+        snprintf(want, sizeof want, "[num_blocks, block_size, num_kv_heads, %lld%s%s%s] (q's head size%s)",
+                 (long long)row, pth ? " or " : "", pth ? dr : "", pth ? " + 4" : "", dr + 1); /* "D / 2" -> " / 2" */
         return vt_shape_error(FN, "k", want, k);
     }
     if (HKV < 1 || H % HKV) {
@@ -232,14 +233,10 @@ static int check_shapes(vt_attn_call *c) {
 /* A per-token-head kv_cache_dtype: codes of the table's element, scales
  * from the scale caches. */
 static int resolve_per_token_head(vt_attn_call *c) {
-    const vt_dtype_info *di = vt_dtype_get(c->kv_flag);
-    const vt_elem e = c->k.elem;
-    const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
-    int ok = int4 ? e == VT_ELEM_U8 : di->is_int ? e == VT_ELEM_I8 : (e == VT_ELEM_U8 || e == VT_ELEM_E4M3);
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s: k must hold %s codes for kv_cache_dtype '%s'; got %s", FN,
-                     int4 ? "uint8 (two 4-bit)" : di->is_int ? "int8" : "uint8 or float8_e4m3fn", c->kv_name,
-                     c->k.dtype_name);
+    char what[48];
+    if (!vt_elem_holds_codes(c->kv_flag, c->k.elem, what, sizeof what)) {
+        PyErr_Format(PyExc_TypeError, "%s: k must hold %s codes for kv_cache_dtype '%s'; got %s", FN, what,
+                     c->kv_name, c->k.dtype_name);
         return -1;
     }
     if (!c->k_scale_cache.owner || !c->v_scale_cache.owner) {
@@ -293,8 +290,7 @@ static int resolve_kv_dtype(vt_attn_call *c) {
                          "%s codes (another value would read the codes as numbers); got '%s'", FN, k->dtype_name, kvd);
             return -1;
         }
-        if ((k->elem == VT_ELEM_E4M3 && flag != VT_DTYPE_FP8_E4M3) ||
-            (k->elem == VT_ELEM_E5M2 && flag != VT_DTYPE_FP8_E5M2)) {
+        if (k->elem != VT_ELEM_U8 && (int)k->elem != flag) { /* a float8 array names its own format */
             PyErr_Format(PyExc_TypeError, "%s: kv_cache_dtype must match k's dtype %s; got '%s'", FN, k->dtype_name, kvd);
             return -1;
         }

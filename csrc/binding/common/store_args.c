@@ -117,28 +117,27 @@ int vt_store_check_inputs_contiguous(const vt_store_call *c) {
 static int check_flash_shapes(const vt_store_call *c, int64_t H, int64_t D) {
     const vt_tensor *kc = &c->key_cache;
     const int64_t nb = kc->shape[0], bs = c->hnd ? kc->shape[2] : kc->shape[1];
-    const int int4 = c->kv_flag == VT_DTYPE_INT4_PTH;
     vt_error gerr;
     if (c->kv_flag >= 0 && vt_dtype_check_head_size(c->kv_flag, D, c->fn, "key's head size", NULL, &gerr) != VT_OK) {
         PyErr_SetString(PyExc_ValueError, gerr.message);
         return -1;
     }
-    const int64_t row = int4 ? D / 2 : D; /* code elements of one head row */
+    const int64_t row = vt_cache_row_elems(c->kv_flag, D); /* code elements (bytes for packed codes) of a head row */
     const int64_t want[4] = {nb, c->hnd ? H : bs, c->hnd ? bs : H, row};
     const int64_t padded = is_pth(c) ? row + 4 : row; /* vLLM's per-token-head views: codes, then the scale's 4 bytes */
+    char dr[16];
+    vt_cache_row_words(c->kv_flag, dr, sizeof dr);
     for (int w = 0; w < 2; w++) {
         const vt_tensor *t = w ? &c->value_cache : kc;
         for (int i = 0; i < 4; i++)
             if (t->shape[i] != want[i] && !(i == 3 && t->shape[3] == padded)) {
                 PyErr_Format(PyExc_ValueError,
-                             "%s: %s must have shape %s = [%lld, %lld, %lld, %lld] (H_kv and D from key%s); got "
-                             "[%lld, %lld, %lld, %lld]",
-                             c->fn, w ? "value_cache" : "key_cache",
-                             int4 ? (c->hnd ? "[num_blocks, H_kv, block_size, D / 2]" : "[num_blocks, block_size, H_kv, D / 2]")
-                                  : (c->hnd ? "[num_blocks, H_kv, block_size, D]" : "[num_blocks, block_size, H_kv, D]"),
-                             (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3],
-                             padded != row ? (int4 ? "; or D / 2 + 4 as vLLM's per-token-head views"
-                                               : "; or D + 4 as vLLM's per-token-head views") : "",
+                             "%s: %s must have shape [num_blocks, %s, %s] = [%lld, %lld, %lld, %lld] (H_kv and D from "
+                             "key%s%s%s); got [%lld, %lld, %lld, %lld]",
+                             c->fn, w ? "value_cache" : "key_cache", c->hnd ? "H_kv, block_size" : "block_size, H_kv",
+                             dr, (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3],
+                             padded != row ? "; or " : "", padded != row ? dr : "",
+                             padded != row ? " + 4 as vLLM's per-token-head views" : "",
                              (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                              (long long)t->shape[3]);
                 return -1;
@@ -176,14 +175,10 @@ static int cache_dtype_for(const vt_store_call *c, const char *arg, const vt_ten
     int want = c->kv_flag == VT_DTYPE_AUTO ? (int)c->key.elem : c->kv_flag;
     const vt_dtype_info *di = vt_dtype_get(want);
     if (is_pth(c)) { /* codes of the table's element: int8, e4m3 (uint8 or float8_e4m3fn), int4 (uint8 bytes) */
-        const int int4 = want == VT_DTYPE_INT4_PTH;
-        int ok = int4 ? cache->elem == VT_ELEM_U8
-                      : di->is_int ? cache->elem == VT_ELEM_I8
-                                   : (cache->elem == VT_ELEM_U8 || cache->elem == VT_ELEM_E4M3);
-        if (!ok) {
+        char what[48];
+        if (!vt_elem_holds_codes(want, cache->elem, what, sizeof what)) {
             PyErr_Format(PyExc_TypeError, "%s: %s must hold %s codes for kv_cache_dtype '%s'; got %s", c->fn, arg,
-                         int4 ? "uint8 (two 4-bit)" : di->is_int ? "int8" : "uint8 or float8_e4m3fn", di->name,
-                         cache->dtype_name);
+                         what, di->name, cache->dtype_name);
             return -1;
         }
         return want;

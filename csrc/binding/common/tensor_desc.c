@@ -19,6 +19,34 @@ const char *vt_elem_name(vt_elem e) {
     }
 }
 
+int vt_elem_holds_codes(int dtype, vt_elem e, char *what, size_t cap) {
+    const vt_dtype_info *di = vt_dtype_get(dtype);
+    if (di->elem_bits < 8) { /* 2, 4 or 8 codes per byte */
+        static const char *const count[] = {"", "", "two", "", "four", "", "", "", "eight"};
+        snprintf(what, cap, "uint8 (%s %d-bit)", count[8 / di->elem_bits], di->elem_bits);
+        return e == VT_ELEM_U8;
+    }
+    if (di->is_int) {
+        snprintf(what, cap, "int8");
+        return e == VT_ELEM_I8;
+    }
+    snprintf(what, cap, "uint8 or %s", vt_dtype_get(di->code_dtype)->numpy_name);
+    return e == VT_ELEM_U8 || (int)e == di->code_dtype;
+}
+
+int64_t vt_cache_row_elems(int dtype, int64_t head_size) {
+    if (dtype < 0) return head_size;
+    const vt_dtype_info *di = vt_dtype_get(dtype);
+    return (int64_t)vt_dtype_row_bytes(dtype, (size_t)head_size) / (int64_t)di->elem_bytes;
+}
+
+const char *vt_cache_row_words(int dtype, char *d, size_t cap) {
+    const int bits = dtype < 0 ? 8 : vt_dtype_get(dtype)->elem_bits;
+    if (bits < 8) snprintf(d, cap, "D / %d", 8 / bits);
+    else snprintf(d, cap, "D");
+    return d;
+}
+
 vt_elem vt_elem_from_dl(vt_dl_dtype d) {
     if (d.lanes != 1) return VT_ELEM_OTHER;
     switch (d.code * 256 + d.bits) {

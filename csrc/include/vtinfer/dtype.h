@@ -115,6 +115,10 @@ typedef struct vt_dtype_info {
     int head_pow2;             /* head_size must be a power of two (one Hadamard transform of the row) */
     int rht_block_max;         /* largest power-of-two divisor of head_size (int4's rotation block), 0: any */
     vt_read_family read_family; /* the attention tile family that reads the pages */
+    int pair_dot;              /* 1: every value a code decodes to (int4: minus its zero point) is a bfloat16 value,
+                                * so the AVX512-BF16 pair-dot tile reads the pages as bf16 pairs (bf16, the fp8
+                                * formats, int8 / fp8 / int4 per-token-head); 0: float32, float16, slot formats */
+    int causal_only;           /* 1: vLLM reads the format under a causal mask only (int4_per_token_head) */
     const char *family;        /* the format family, one file each in csrc/core: "plain", "fp8", "per_token_head",
                                 * "int4_per_token_head", "turboquant", "ultraquant", "octave" */
     const struct vt_slot_codec *slot; /* page_layout VT_PAGE_SLOTS: the format's slot codec; NULL otherwise */
