@@ -125,12 +125,12 @@ static int check_flash_shapes(const vt_store_call *c, int64_t H, int64_t D) {
     const int64_t row = vt_cache_row_elems(c->kv_flag, D); /* code elements (bytes for packed codes) of a head row */
     const int64_t want[4] = {nb, c->hnd ? H : bs, c->hnd ? bs : H, row};
     const int64_t padded = is_pth(c) ? row + 4 : row; /* vLLM's per-token-head views: codes, then the scale's 4 bytes */
-    char dr[16];
-    vt_cache_row_words(c->kv_flag, dr, sizeof dr);
     for (int w = 0; w < 2; w++) {
         const vt_tensor *t = w ? &c->value_cache : kc;
         for (int i = 0; i < 4; i++)
             if (t->shape[i] != want[i] && !(i == 3 && t->shape[3] == padded)) {
+                char dr[16];
+                vt_cache_row_words(c->kv_flag, dr, sizeof dr);
                 PyErr_Format(PyExc_ValueError,
                              "%s: %s must have shape [num_blocks, %s, %s] = [%lld, %lld, %lld, %lld] (H_kv and D from "
                              "key%s%s%s); got [%lld, %lld, %lld, %lld]",
