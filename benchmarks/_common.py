@@ -81,9 +81,13 @@ def write_json(path: str | None, payload: dict) -> None:
 
 GGML_HOWTO = ("--ggml takes a ggml source tree (its include/ holds ggml.h) and --ggml-lib the folder of its built "
               "libggml.so / libggml-base.so / libggml-cpu.so, e.g. from the llama.cpp that the llama-cpp-python "
-              "sdist vendors: pip download llama-cpp-python --no-deps --no-binary :all:; "
-              "cmake -S vendor/llama.cpp/ggml -B build -DBUILD_SHARED_LIBS=ON [-DGGML_NATIVE=OFF -DGGML_AVX2=ON "
-              "-DGGML_FMA=ON -DGGML_F16C=ON for an AVX2 build]; make -C build ggml-cpu")
+              "sdist (76 MB) vendors: pip download llama-cpp-python --no-deps --no-binary :all: (pip then prepares "
+              "the sdist's metadata for minutes; the tarball is saved first); tar xzf it; cmake -S "
+              "vendor/llama.cpp -B build -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF "
+              "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF "
+              "[-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON for an AVX2 build]; "
+              "make -C build ggml ggml-cpu (a few minutes on 2 cores); --ggml vendor/llama.cpp/ggml "
+              "--ggml-lib build/bin (ggml/ alone does not configure from that tree)")
 
 
 def ggml_flash_attn(src: str, libdir: str):
