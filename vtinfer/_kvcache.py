@@ -310,13 +310,14 @@ def _scale_rows(dtype: str, ks: np.ndarray, vs: np.ndarray) -> list[tuple[str, s
     """The scale rows of a repr: the per-tensor scales, or where a per-token-head format keeps its own."""
     from vtinfer import dtype_info
 
-    kind = dtype_info(dtype).scale_kind
+    info = dtype_info(dtype)
+    kind = info.scale_kind
     if kind == "slot":
         return [("scales", "inside each (token, KV head) slot, K and V in one slot cache per layer")]
     if kind != "token_head":
         return [("k_scale", _scale_summary(ks)), ("v_scale", _scale_summary(vs))]
     rows = [("scales", "per (token, KV head), float32 planes k_scale_cache / v_scale_cache, made at store")]
-    if dtype == "int4_per_token_head":
+    if info.family == "int4_per_token_head":
         rows.append(("codes", "4-bit, two per byte, Hadamard-rotated; zero point in each scale's low 4 bits"))
     return rows
 

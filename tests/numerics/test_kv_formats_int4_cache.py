@@ -53,6 +53,7 @@ def test_views_are_uint8_of_half_the_head_size(layout):
     assert nhd(before, layout)[1, 2].any() and np.shares_memory(before, c.value_cache(1))
     r = repr(c)
     assert f"dtype='{FMT}'" in r and f"page_bytes={c.page_bytes}" in r and "per-token-head" in r
+    assert "codes=2 per byte (rotated)" in r  # the row's packing and rotated read, said by the repr
     for h in (c._repr_html_(), c.layer(0)._repr_html_()):
         assert "per (token, KV head)" in h and "Hadamard-rotated" in h and "k_scale<" not in h
 
