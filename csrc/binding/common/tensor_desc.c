@@ -30,6 +30,10 @@ int vt_elem_holds_codes(int dtype, vt_elem e, char *what, size_t cap) {
         snprintf(what, cap, "int8");
         return e == VT_ELEM_I8;
     }
+    if (di->code_dtype < 0) { /* codes with no float type of their own: bytes */
+        snprintf(what, cap, "uint8");
+        return e == VT_ELEM_U8;
+    }
     snprintf(what, cap, "uint8 or %s", vt_dtype_get(di->code_dtype)->numpy_name);
     return e == VT_ELEM_U8 || (int)e == di->code_dtype;
 }
