@@ -89,20 +89,20 @@ T static AI float hsum8(__m256 x) {
 
 /* S[(r * 8 + jj) * 8 ...] = 8 lane partials of q_r . K_jj for R rows (kz: the keys' int4 zero points);
  * the NC - 1 leading chunks of a row are whole, the last one whole or padded. */
-T static AI void qk_rows(const int R, const vt_dtype dt, const float *qp, int Dp, int D, int esz,
+T static AI void qk_rows(const int R, const dec256 *dc, const float *qp, int Dp, int D,
                          const uint8_t *const *kp, const float *kz, int nk, const uint8_t *const *kq, int nq,
                          float *S) {
     const int NC = Dp / CH;
     for (int jj = 0; jj < nk; jj++) {
         if (jj < nq) /* a later block's K row, one per key (see tile) */
-            for (int o = 0; o < D * esz; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
+            for (int o = 0; o < D * dc->bits / 8; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
         __m256 s0[4], s1[4];
         VT_UNROLL
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm256_setzero_ps();
         for (int c = 0; c < NC; c++) {
             __m256 ka, kb;
-            if (c + 1 < NC) dec_whole(dt, kp[jj], c, esz, kz[jj], &ka, &kb);
-            else dec_chunk(dt, kp[jj], c, D, esz, kz[jj], &ka, &kb);
+            if (c + 1 < NC) dec_whole(dc, kp[jj], c, kz[jj], &ka, &kb);
+            else dec_chunk(dc, kp[jj], c, D, kz[jj], &ka, &kb);
             VT_UNROLL
             for (int r = 0; r < R; r++) {
                 s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
@@ -114,21 +114,21 @@ T static AI void qk_rows(const int R, const vt_dtype dt, const float *qp, int Dp
     }
 }
 
-T static AI void qk_group(int R, const vt_dtype dt, const float *qp, int Dp, int D, int esz,
+T static AI void qk_group(int R, const dec256 *dc, const float *qp, int Dp, int D,
                           const uint8_t *const *kp, const float *kz, int nk, const uint8_t *const *kq, int nq,
                           float *S) {
     switch (R) {
-    case 1: qk_rows(1, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
-    case 2: qk_rows(2, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
-    case 3: qk_rows(3, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
-    default: qk_rows(4, dt, qp, Dp, D, esz, kp, kz, nk, kq, nq, S); break;
+    case 1: qk_rows(1, dc, qp, Dp, D, kp, kz, nk, kq, nq, S); break;
+    case 2: qk_rows(2, dc, qp, Dp, D, kp, kz, nk, kq, nq, S); break;
+    case 3: qk_rows(3, dc, qp, Dp, D, kp, kz, nk, kq, nq, S); break;
+    default: qk_rows(4, dc, qp, Dp, D, kp, kz, nk, kq, nq, S); break;
     }
 }
 
 /* P V for one row straight from the V rows (no decoded copy): chunks [c0, c0 + NCH) of the row's accumulator,
  * alpha-scaled, plus the weighted chunks of keys [0, nk). */
-T static AI void pv_dec_chunks(const int NCH, const vt_dtype dt, float *acc, float alpha, const float *P,
-                               const uint8_t *const *vp, const float *vz, int c0, int NC, int D, int esz, int nk) {
+T static AI void pv_dec_chunks(const int NCH, const dec256 *dc, float *acc, float alpha, const float *P,
+                               const uint8_t *const *vp, const float *vz, int c0, int NC, int D, int nk) {
     __m256 a[8];
     const __m256 al = _mm256_set1_ps(alpha);
     VT_UNROLL
@@ -139,8 +139,8 @@ T static AI void pv_dec_chunks(const int NCH, const vt_dtype dt, float *acc, flo
         VT_UNROLL
         for (int cc = 0; cc < NCH; cc++) {
             __m256 va, vb;
-            if (c0 + cc + 1 < NC) dec_whole(dt, vp[jj], c0 + cc, esz, vz[jj], &va, &vb);
-            else dec_chunk(dt, vp[jj], c0 + cc, D, esz, vz[jj], &va, &vb);
+            if (c0 + cc + 1 < NC) dec_whole(dc, vp[jj], c0 + cc, vz[jj], &va, &vb);
+            else dec_chunk(dc, vp[jj], c0 + cc, D, vz[jj], &va, &vb);
             a[2 * cc] = _mm256_fmadd_ps(pb, va, a[2 * cc]);
             a[2 * cc + 1] = _mm256_fmadd_ps(pb, vb, a[2 * cc + 1]);
         }
@@ -149,12 +149,12 @@ T static AI void pv_dec_chunks(const int NCH, const vt_dtype dt, float *acc, flo
     for (int v = 0; v < 2 * NCH; v++) _mm256_storeu_ps(acc + (size_t)c0 * CH + 8 * v, a[v]);
 }
 
-T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const float *P, const uint8_t *const *vp,
-                            const float *vz, int NC, int D, int esz, int nk) {
+T static AI void pv_dec_row(const dec256 *dc, float *acc, float alpha, const float *P, const uint8_t *const *vp,
+                            const float *vz, int NC, int D, int nk) {
     int c0 = 0;
-    for (; NC - c0 >= 4; c0 += 4) pv_dec_chunks(4, dt, acc, alpha, P, vp, vz, c0, NC, D, esz, nk);
-    if (NC - c0 >= 2) pv_dec_chunks(2, dt, acc, alpha, P, vp, vz, c0, NC, D, esz, nk), c0 += 2;
-    if (NC - c0 >= 1) pv_dec_chunks(1, dt, acc, alpha, P, vp, vz, c0, NC, D, esz, nk);
+    for (; NC - c0 >= 4; c0 += 4) pv_dec_chunks(4, dc, acc, alpha, P, vp, vz, c0, NC, D, nk);
+    if (NC - c0 >= 2) pv_dec_chunks(2, dc, acc, alpha, P, vp, vz, c0, NC, D, nk), c0 += 2;
+    if (NC - c0 >= 1) pv_dec_chunks(1, dc, acc, alpha, P, vp, vz, c0, NC, D, nk);
 }
 
 /* Rows per group up to which P V decodes V in place for each row; more rows decode each V row once. */
@@ -170,9 +170,9 @@ T static AI void pv_dec_row(const vt_dtype dt, float *acc, float alpha, const fl
 #define PF_BLOCKS 8 /* prefetch distance in key blocks (of 8 keys), into L2 (measured: Results, AVX2 prefetch) */
 #endif
 
-/* The tile for the codes' decoder dt (pth: per-token-head scales) and the head size DC (0: p->head_size), all
+/* The tile for the decoder row dc (pth: per-token-head scales) and the head size DC (0: p->head_size), all
  * constants of each instance. */
-T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it,
+T static AI void tile(const dec256 *dc, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it,
                       float *work, float *m, float *l, float *acc) {
     const int D = DC ? DC : (int)p->head_size, G = p->num_heads / p->num_kv_heads;
     const int Dp = (D + CH - 1) / CH * CH;
@@ -181,8 +181,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     const int lanes = rg >= LANES_MIN_ROWS && rg % 8 == 0;
     /* Per-token-head caches decode their codes (int8 here, e4m3 by the fp8 path) and fold each key's
      * K scale into its logit and its V scale into its weight, as the AVX-512 tile does. */
-    const int i4 = dt == VT_DTYPE_INT4_PTH;
-    const int esz = i4 ? 1 : (int)vt_dtype_get(dt)->elem_bytes; /* int4 addresses its rows in dec_chunk */
+    const int i4 = dc->rotated;
     const float b4 = i4 ? (float)vt_int4_rht_block(D) : 1.0f; /* the rotation's norm (H H = b I) */
     float kscale[KB], vscale[KB], kz[KB] = {0}, vz[KB] = {0};
     float *qp = work;                    /* rows * Dp, permuted */
@@ -196,7 +195,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     int32_t *la = (int32_t *)(kbuf + (size_t)KB * Dp), *lb = la + rg; /* lanes form: visible keys of the block */
     float *slopes = (float *)(lb + rg), *dist0 = slopes + rg;          /* lanes form, ALiBi */
     int pos[CH];
-    for (int e = 0; e < CH; e++) pos[e] = chunk_pos(dt, e);
+    for (int e = 0; e < CH; e++) pos[e] = chunk_pos(dc, e);
     vt_attn_rows_init(p, it, rows, rg, D, Dp, i4, CH, pos, lanes, qp, ap, tmp, m, l);
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
@@ -205,7 +204,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     const int NC = Dp / CH;
     int64_t ko[KB], vo[KB], kso[KB], vso[KB], kpf[KB], vpf[KB];
     const uint8_t *kp[KB], *vp[KB], *kq[KB];
-    const int pf_per_key = esz >= 2; /* see the block loop */
+    const int pf_per_key = dc->bits >= 16; /* see the block loop */
     const int row_bytes = (int)vt_dtype_row_bytes(p->kv_dtype, (size_t)D);
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
@@ -250,11 +249,11 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
             float *ag = ap + (size_t)gi * rg * Dp, *mg = m + gi * rg, *lg = l + gi * rg;
             /* e4m3 rows without a NaN code (all but hostile caches) decode without the NaN test */
-            const int fin = dt == VT_DTYPE_FP8_E4M3 && e4m3_rows_finite(kp, vp, nk, D);
+            const int fin = dc->rows_finite && dc->rows_finite(kp, vp, nk, D);
             __m256 mul = _mm256_set1_ps(vt_attn_logit_mul(p, it->b, g)), vmul = _mm256_set1_ps(1.0f);
             if (pth) {
                 vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
-                if (i4) { /* stored scale -> (masked scale, zero point); softmax_scale / b */
+                if (dc->zero_point) { /* stored scale -> (masked scale, zero point); softmax_scale / b */
                     for (int jj = 0; jj < KB; jj++) {
                         kscale[jj] = vt_attn_int4_split(kscale[jj], &kz[jj]);
                         vscale[jj] = vt_attn_int4_split(vscale[jj], &vz[jj]);
@@ -270,11 +269,11 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                     vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
                 }
                 if (fin) {
-                    dec_rows(E4M3_FINITE, kp, kz, nk, NC, D, Dp, esz, kbuf);
-                    dec_rows(E4M3_FINITE, vp, vz, nk, NC, D, Dp, esz, vbuf);
+                    dec_rows(dc->finite, kp, kz, nk, NC, D, Dp, kbuf);
+                    dec_rows(dc->finite, vp, vz, nk, NC, D, Dp, vbuf);
                 } else {
-                    dec_rows(dt, kp, kz, nk, NC, D, Dp, esz, kbuf);
-                    dec_rows(dt, vp, vz, nk, NC, D, Dp, esz, vbuf);
+                    dec_rows(dc, kp, kz, nk, NC, D, Dp, kbuf);
+                    dec_rows(dc, vp, vz, nk, NC, D, Dp, vbuf);
                 }
                 if (nk < KB) memset(kbuf + (size_t)nk * Dp, 0, (size_t)(KB - nk) * Dp * 4);
                 float mk[KB], vk[KB];
@@ -282,7 +281,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                 _mm256_storeu_ps(vk, vmul);
                 if (p->alibi_slopes)
                     for (int r = 0; r < rg; r++) slopes[r] = p->alibi_slopes[g * G + r % G];
-                const lanes_soft sp = {mk, pth ? vk : NULL, dec_unit(dt), cap, nk, la, lb,
+                const lanes_soft sp = {mk, pth ? vk : NULL, dc->unit, cap, nk, la, lb,
                                        p->alibi_slopes ? slopes : NULL, dist0};
                 lanes_block(&sp, qp + (size_t)gi * rg * Dp, ag, rg, mg, lg, S, P, kbuf, vbuf, Dp);
                 continue;
@@ -292,13 +291,13 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                 const float *qg = qp + ((size_t)gi * rg + r0) * Dp;
                 const int nq = pf_per_key && !r0 ? npf : 0;
                 float *Sr = S + (size_t)r0 * KB * 8;
-                if (fin) qk_group(R, E4M3_FINITE, qg, Dp, D, esz, kp, kz, nk, kq, nq, Sr);
-                else qk_group(R, dt, qg, Dp, D, esz, kp, kz, nk, kq, nq, Sr);
+                if (fin) qk_group(R, dc->finite, qg, Dp, D, kp, kz, nk, kq, nq, Sr);
+                else qk_group(R, dc, qg, Dp, D, kp, kz, nk, kq, nq, Sr);
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 8, 0, (size_t)(KB - nk) * 32);
-            if (rg > PV_DIRECT_ROWS && fin) dec_rows(E4M3_FINITE, vp, vz, nk, NC, D, Dp, esz, vbuf);
-            else if (rg > PV_DIRECT_ROWS) dec_rows(dt, vp, vz, nk, NC, D, Dp, esz, vbuf);
+            if (rg > PV_DIRECT_ROWS && fin) dec_rows(dc->finite, vp, vz, nk, NC, D, Dp, vbuf);
+            else if (rg > PV_DIRECT_ROWS) dec_rows(dc, vp, vz, nk, NC, D, Dp, vbuf);
             if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;
@@ -309,7 +308,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                     continue;
                 }
                 __m256 sc = reduce8(S + (size_t)r * KB * 8);
-                if (dec_unit(dt) != 1.0f) sc = _mm256_mul_ps(sc, _mm256_set1_ps(dec_unit(dt)));
+                if (dc->unit != 1.0f) sc = _mm256_mul_ps(sc, _mm256_set1_ps(dc->unit));
                 sc = _mm256_mul_ps(sc, mul);
                 if (cap > 0.0f)
                     sc = _mm256_mul_ps(_mm256_set1_ps(cap), tanh8(_mm256_div_ps(sc, _mm256_set1_ps(cap))));
@@ -348,8 +347,8 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                     _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(pr), _mm256_setzero_ps(), _CMP_NEQ_UQ)) == 0)
                     continue;
                 if (rg > PV_DIRECT_ROWS) pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
-                else if (fin) pv_dec_row(E4M3_FINITE, ag + (size_t)r * Dp, alpha[r], pr, vp, vz, NC, D, esz, nk);
-                else pv_dec_row(dt, ag + (size_t)r * Dp, alpha[r], pr, vp, vz, NC, D, esz, nk);
+                else if (fin) pv_dec_row(dc->finite, ag + (size_t)r * Dp, alpha[r], pr, vp, vz, NC, D, nk);
+                else pv_dec_row(dc, ag + (size_t)r * Dp, alpha[r], pr, vp, vz, NC, D, nk);
             }
         }
     }
@@ -357,31 +356,26 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
         float *o = acc + (size_t)r * D;
         /* the accumulators: row-major, or in the lanes form transposed per group */
         for (int d = 0; d < D; d++)
-            o[d] = ap[vt_attn_row_at(r, rg, Dp, lanes, (size_t)(d / CH) * CH + chunk_pos(dt, d % CH))] * dec_unit(dt);
+            o[d] = ap[vt_attn_row_at(r, rg, Dp, lanes, (size_t)(d / CH) * CH + chunk_pos(dc, d % CH))] * dc->unit;
         if (i4) vt_int4_rht_back(o, D); /* linear, so before the merge of partials */
     }
 }
 
-/* One instance per format; inside it, the common head sizes are constants too (unrolled chunk loops). */
-VT_ATTN_TILE_INSTANCE(tile_f32, VT_DTYPE_F32, 0)
-VT_ATTN_TILE_INSTANCE(tile_f16, VT_DTYPE_F16, 0)
-VT_ATTN_TILE_INSTANCE(tile_bf16, VT_DTYPE_BF16, 0)
-VT_ATTN_TILE_INSTANCE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
-VT_ATTN_TILE_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
-VT_ATTN_TILE_INSTANCE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
-VT_ATTN_TILE_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
-VT_ATTN_TILE_INSTANCE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
+/* One instance per row of the decoder table; inside it, the common head sizes are constants too (unrolled
+ * chunk loops). */
+#define INSTANCE(fmt, row, pth) VT_ATTN_TILE_INSTANCE(tile_##fmt, &row, pth)
+VT_AVX2_DECODERS(INSTANCE)
+#undef INSTANCE
 
 /* This ISA's entries of the (ISA x format) kernel table: one instance per format it reads fast, the
  * decoder a compile-time constant in each (cpu.c takes these before any family tile). */
-const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT] = {
-    [VT_DTYPE_F32] = tile_f32,           [VT_DTYPE_F16] = tile_f16,           [VT_DTYPE_BF16] = tile_bf16,
-    [VT_DTYPE_FP8_E4M3] = tile_e4m3,     [VT_DTYPE_FP8_E5M2] = tile_e5m2,     [VT_DTYPE_INT8_PTH] = tile_int8_pth,
-    [VT_DTYPE_FP8_PTH] = tile_fp8_pth,   [VT_DTYPE_INT4_PTH] = tile_int4_pth,
-};
+#define ENTRY(fmt, row, pth) [VT_DTYPE_##fmt] = tile_##fmt,
+const vt_attn_tile_fn vt_attn_tiles_avx2[VT_DTYPE_COUNT] = {VT_AVX2_DECODERS(ENTRY)};
+#undef ENTRY
 
-const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT] = {
-    [VT_DTYPE_INT8_PTH] = tile_int8_pth, [VT_DTYPE_FP8_PTH] = tile_fp8_pth, [VT_DTYPE_INT4_PTH] = tile_int4_pth,
-};
+/* The per-token-head formats' instances, which the AVX-512 tables take. */
+#define ENTRY(fmt, row, pth) [VT_DTYPE_##fmt] = (pth) ? tile_##fmt : NULL,
+const vt_attn_tile_fn vt_attn_tiles_avx2_for_avx512[VT_DTYPE_COUNT] = {VT_AVX2_DECODERS(ENTRY)};
+#undef ENTRY
 
 #endif /* VT_X86 */

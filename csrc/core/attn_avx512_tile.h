@@ -14,7 +14,7 @@
  * logits at once (vector exp/tanh, cephes-style polynomials).
  *
  * Each format's chunk decoder is in attn_dec_avx512.h. The query rows and the accumulators are kept in
- * the order its decoder emits (chunk_pos) (q permuted once per tile, the accumulator un-permuted
+ * the order its decoder emits (its row's pos) (q permuted once per tile, the accumulator un-permuted
  * once at the end), so no shuffle is spent on the data order. V rows are
  * decoded once per block into an L1 buffer; P V keeps a row's accumulator
  * in registers. The next block's K/V rows are prefetched. */
@@ -54,47 +54,36 @@
 
 /* Partial dot products of R rows (R a constant after inlining) with the nk
  * keys at kp[]: S[(r * 16 + jj) * 16 ...] = 16 lane partials of q_r . K_jj. */
-T static AI void qk_rows(const int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
+T static AI void qk_rows(const int R, const dec512 *dc, const fp8tab *tb, const float *qp, int Dp, int D,
                          const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
-    const int NC = Dp / UNIT(dt);
+    const int U = dc->elems, NC = Dp / U;
     for (int jj = 0; jj < nk; jj++) {
         if (jj < nq)
-            for (int o = 0; o < D * esz; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
+            for (int o = 0; o < D * dc->bits / 8; o += 64) _mm_prefetch((const char *)kq[jj] + o, _MM_HINT_T1);
         __m512 s0[8], s1[8];
         VT_UNROLL
         for (int r = 0; r < R; r++) s0[r] = s1[r] = _mm512_setzero_ps();
-#if VT_TILE_VBMI
         for (int c = 0; c < NC; c++) {
             __m512 k[4];
-            dec64(kp[jj] + (size_t)c * 64, unit_mask64(D, c), tb, k);
+            dc->unit(kp[jj], c, D, tb, k);
             VT_UNROLL
             for (int r = 0; r < R; r++) {
-                const float *qc = qp + r * Dp + c * 64;
-                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc), k[0], s0[r]);
-                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16), k[1], s1[r]);
-                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 32), k[2], s0[r]);
-                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 48), k[3], s1[r]);
+                const float *qc = qp + r * Dp + c * U;
+                VT_UNROLL
+                for (int i = 0; i < U / 16; i += 2) {
+                    s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16 * i), k[i], s0[r]);
+                    s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16 * i + 16), k[i + 1], s1[r]);
+                }
             }
         }
-#else
-        for (int c = 0; c < NC; c++) {
-            __m512 ka, kb;
-            dec32(dt, kp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &ka, &kb);
-            VT_UNROLL
-            for (int r = 0; r < R; r++) {
-                s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH), ka, s0[r]);
-                s1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r * Dp + c * CH + 16), kb, s1[r]);
-            }
-        }
-#endif
         VT_UNROLL
         for (int r = 0; r < R; r++) _mm512_storeu_ps(S + (r * KB + jj) * 16, _mm512_add_ps(s0[r], s1[r]));
     }
 }
 
-T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp, int Dp, int D, int esz,
-                       const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
-#define QK_ROWS(n) qk_rows(n, dt, tb, qp, Dp, D, esz, kp, nk, kq, nq, S)
+T static AI void qk_group(int R, const dec512 *dc, const fp8tab *tb, const float *qp, int Dp, int D,
+                          const uint8_t *const *kp, int nk, const uint8_t *const *kq, int nq, float *S) {
+#define QK_ROWS(n) qk_rows(n, dc, tb, qp, Dp, D, kp, nk, kq, nq, S)
     CONST_1_TO_8(R, QK_ROWS);
 #undef QK_ROWS
 }
@@ -102,68 +91,57 @@ T static AI void qk_group(int R, vt_dtype dt, const fp8tab *tb, const float *qp,
 /* One row, V decoded straight into the FMAs (no L1 buffer): for a group
  * of one row (GQA 1 decode) the buffer's store and reload would cost more
  * than the P V product itself. NC2 (constant after inlining) is the number
- * of decode units, <= 16 / (UNIT(dt) / 16). */
-T static AI void pv_direct(const int NC2, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
-                           const uint8_t *const *vp, int D, int esz, int nk) {
+ * of decode units, <= 256 / dc->elems. */
+T static AI void pv_direct(const int NC2, const dec512 *dc, const fp8tab *tb, float *acc, float alpha, const float *P,
+                           const uint8_t *const *vp, int D, int nk) {
+    const int NV = dc->elems / 16; /* vectors per unit */
     __m512 a[16];
     const __m512 al = _mm512_set1_ps(alpha);
     VT_UNROLL
-    for (int v = 0; v < NC2 * UNIT(dt) / 16; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
+    for (int v = 0; v < NC2 * NV; v++) a[v] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * v), al);
     for (int jj = 0; jj < nk; jj++) {
         if (P[jj] == 0.0f) continue;
         __m512 pb = _mm512_set1_ps(P[jj]);
-#if VT_TILE_VBMI /* fp8 instances only: 1-byte codes */
-        (void)esz;
         VT_UNROLL
         for (int c = 0; c < NC2; c++) {
             __m512 v[4];
-            dec64(vp[jj] + (size_t)c * 64, unit_mask64(D, c), tb, v);
+            dc->unit(vp[jj], c, D, tb, v);
             VT_UNROLL
-            for (int i = 0; i < 4; i++) a[4 * c + i] = _mm512_fmadd_ps(pb, v[i], a[4 * c + i]);
+            for (int i = 0; i < NV; i++) a[NV * c + i] = _mm512_fmadd_ps(pb, v[i], a[NV * c + i]);
         }
-#else
-        VT_UNROLL
-        for (int c = 0; c < NC2; c++) {
-            __m512 va, vb;
-            dec32(dt, vp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), tb, &va, &vb);
-            a[2 * c] = _mm512_fmadd_ps(pb, va, a[2 * c]);
-            a[2 * c + 1] = _mm512_fmadd_ps(pb, vb, a[2 * c + 1]);
-        }
-#endif
     }
     VT_UNROLL
-    for (int v = 0; v < NC2 * UNIT(dt) / 16; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
+    for (int v = 0; v < NC2 * NV; v++) _mm512_storeu_ps(acc + 16 * v, a[v]);
 }
 
-T static AI void pv_row_direct(int NC, vt_dtype dt, const fp8tab *tb, float *acc, float alpha, const float *P,
-                            const uint8_t *const *vp, int D, int esz, int nk) {
-#define PV_DIRECT(n) pv_direct(n, dt, tb, acc, alpha, P, vp, D, esz, nk)
-#if VT_TILE_VBMI /* 64-element units: at most 4 */
-    switch (NC) {
-    case 1: PV_DIRECT(1); break;
-    case 2: PV_DIRECT(2); break;
-    case 3: PV_DIRECT(3); break;
-    default: PV_DIRECT(4); break;
+T static AI void pv_row_direct(int NC, const dec512 *dc, const fp8tab *tb, float *acc, float alpha, const float *P,
+                               const uint8_t *const *vp, int D, int nk) {
+#define PV_DIRECT(n) pv_direct(n, dc, tb, acc, alpha, P, vp, D, nk)
+    if (dc->elems == 64) { /* at most 4 units */
+        switch (NC) {
+        case 1: PV_DIRECT(1); break;
+        case 2: PV_DIRECT(2); break;
+        case 3: PV_DIRECT(3); break;
+        default: PV_DIRECT(4); break;
+        }
+    } else {
+        CONST_1_TO_8(NC, PV_DIRECT);
     }
-#else
-    CONST_1_TO_8(NC, PV_DIRECT);
-#endif
 #undef PV_DIRECT
 }
 
-/* The tile of one format and head size: dt (the codes' decoder), pth (per-token-head scales: key j's K scale
+/* The tile of one format and head size: dc (its decoder row), pth (per-token-head scales: key j's K scale
  * multiplies its logit multiplier, rounded to float32 first, and its V scale its weight after l has summed the
  * weights, as in the AVX2 tile and the scalar twin) and DC (the head size; 0: p->head_size) are constants in
- * each instance below, so the decode branches of dec32 / qk_group / pv_row_direct fold away and the chunk
+ * each instance below, so the row's fields fold into qk_group / pv_row_direct and the chunk
  * loops unroll with constant masks. The plain instance reads no per-token-head format (cpu.c gives them the
  * AVX2 instances there); the VBMI instance reads fp8_per_token_head. */
-T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it, float *work,
+T static AI void tile(const dec512 *dc, const int pth, const int DC, const vt_attn_params *p, const vt_attn_item *it, float *work,
                       float *m, float *l, float *acc) {
     const int D = DC ? DC : (int)p->head_size, G = p->num_heads / p->num_kv_heads;
-    const int U = UNIT(dt), Dp = (D + U - 1) / U * U; /* <= D padded to 64: vt_attn_work_floats */
+    const int U = dc->elems, Dp = (D + U - 1) / U * U; /* <= D padded to 64: vt_attn_work_floats */
     const int rg = (int)(it->nq * G); /* rows per group */
     const int rows = rg * it->ng;
-    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
     float *qp = work;                    /* rows * Dp, permuted */
     float *ap = qp + (size_t)rows * Dp;  /* rows * Dp, permuted accumulators */
     float *S = ap + (size_t)rows * Dp;   /* rg * 16 * 16 partial dots (one group at a time) */
@@ -171,9 +149,9 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     float *vbuf = P + (size_t)rg * KB;   /* KB * Dp decoded V rows */
     float *tmp = vbuf + (size_t)KB * Dp; /* Dp */
     float *alpha = tmp + Dp;             /* rg */
-    const fp8tab tb = fp8_tables(dt);
+    const fp8tab tb = fp8_tables(dc);
     int pos[64];
-    for (int e = 0; e < U; e++) pos[e] = chunk_pos(dt, e);
+    for (int e = 0; e < U; e++) pos[e] = dc->pos(e);
     vt_attn_rows_init(p, it, rows, rg, D, Dp, 0, U, pos, 0, qp, ap, tmp, m, l);
     int64_t lo[VT_ATTN_QT_MAX], hi[VT_ATTN_QT_MAX];
     const int64_t base = vt_attn_item_ranges(p, it, lo, hi);
@@ -182,7 +160,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
     int64_t ko[KB], vo[KB], kpf[KB], vpf[KB], kso[KB], vso[KB];
     float kscale[KB], vscale[KB]; /* per-token-head caches (pth): key j's K and V scales */
     const uint8_t *kp[KB], *vp[KB], *kq[KB];
-    const int pf_per_key = esz >= 2 || VT_TILE_VBMI;
+    const int pf_per_key = dc->prefetch_per_key, row_bytes = D * dc->bits / 8;
     for (int64_t j0 = it->kb; j0 < it->ke; j0 += KB) {
         int nk = it->ke - j0 < KB ? (int)(it->ke - j0) : KB;
         /* block j0 + PF_BLOCKS is prefetched one head at a time, spread through this block's work on that head:
@@ -208,7 +186,7 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
             const uint8_t *vb = (const uint8_t *)p->v + (int64_t)g * p->v_stride_head;
             for (int jj = 0; jj < nk; jj++) kp[jj] = kb + ko[jj], vp[jj] = vb + vo[jj];
             for (int jj = 0; jj < npf; jj++) kq[jj] = kb + kpf[jj];
-            if (!pf_per_key) vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, D * esz, 1);
+            if (!pf_per_key) vt512_prefetch_rows(p, g, 1, kpf, vpf, npf, row_bytes, 1);
             float *qg = qp + (size_t)gi * rg * Dp, *ag = ap + (size_t)gi * rg * Dp;
             float *mg = m + gi * rg, *lg = l + gi * rg;
             __m512 mul = _mm512_set1_ps(vt_attn_logit_mul(p, it->b, g));
@@ -220,29 +198,19 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
             /* logits: K decoded once per 8 rows */
             for (int r0 = 0; r0 < rg; r0 += 8) {
                 int R = rg - r0 < 8 ? rg - r0 : 8;
-                qk_group(R, dt, &tb, qg + (size_t)r0 * Dp, Dp, D, esz, kp, nk, kq, pf_per_key && !r0 ? npf : 0,
+                qk_group(R, dc, &tb, qg + (size_t)r0 * Dp, Dp, D, kp, nk, kq, pf_per_key && !r0 ? npf : 0,
                          S + (size_t)r0 * KB * 16);
             }
             if (nk < KB)
                 for (int r = 0; r < rg; r++) memset(S + ((size_t)r * KB + nk) * 16, 0, (size_t)(KB - nk) * 64);
             const int direct = rg == 1 && NC * U <= 256; /* see pv_direct */
-#if VT_TILE_VBMI
             for (int jj = 0; jj < nk && !direct; jj++)
                 for (int c = 0; c < NC; c++) {
                     __m512 v[4];
-                    dec64(vp[jj] + (size_t)c * 64, unit_mask64(D, c), &tb, v);
-                    for (int i = 0; i < 4; i++) _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * 64 + 16 * i, v[i]);
+                    dc->unit(vp[jj], c, D, &tb, v);
+                    for (int i = 0; i < U / 16; i++) _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * U + 16 * i, v[i]);
                 }
-#else
-            for (int jj = 0; jj < nk && !direct; jj++)
-                for (int c = 0; c < NC; c++) {
-                    __m512 va, vb2;
-                    dec32(dt, vp[jj] + (size_t)c * CH * esz, vt512_chunk_mask(D, c), &tb, &va, &vb2);
-                    _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH, va);
-                    _mm512_storeu_ps(vbuf + (size_t)jj * Dp + c * CH + 16, vb2);
-                }
-#endif
-            if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, D * esz);
+            if (pf_per_key) vt_attn_prefetch_head(p->v, p->v_stride_head, g, vpf, npf, row_bytes);
             vt512_block_weights(&st, p->alibi_slopes ? p->alibi_slopes + g * G : NULL, G, rg, nk, lo, hi,
                                 base + it->q0, S, P, mg, lg, alpha);
             if (pth) /* l sums the unscaled weights */
@@ -253,37 +221,25 @@ T static AI void tile(const vt_dtype dt, const int pth, const int DC, const vt_a
                 if (alpha[r] == 1.0f &&
                     _mm512_cmp_ps_mask(_mm512_loadu_ps(pr), _mm512_setzero_ps(), _CMP_NEQ_UQ) == 0)
                     continue;
-                if (direct) pv_row_direct(NC, dt, &tb, ag, alpha[r], pr, vp, D, esz, nk);
+                if (direct) pv_row_direct(NC, dc, &tb, ag, alpha[r], pr, vp, D, nk);
                 else pv_row(ag + (size_t)r * Dp, alpha[r], pr, vbuf, Dp, nk);
             }
         }
     }
     for (int r = 0; r < rows; r++)
-        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / U) * U + chunk_pos(dt, d % U)];
+        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] = ap[(size_t)r * Dp + (d / U) * U + dc->pos(d % U)];
 }
 
-#if !VT_TILE_VBMI
-VT_ATTN_TILE_INSTANCE(tile_f32, VT_DTYPE_F32, 0)
-VT_ATTN_TILE_INSTANCE(tile_f16, VT_DTYPE_F16, 0)
-VT_ATTN_TILE_INSTANCE(tile_bf16, VT_DTYPE_BF16, 0)
-#endif
-VT_ATTN_TILE_INSTANCE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
-VT_ATTN_TILE_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
-#if VT_TILE_VBMI
-VT_ATTN_TILE_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
-#endif
+/* One instance per row of the file's decoder table, and the file's entries of the (ISA x format) kernel table
+ * (cpu.c): the plain instances serve every element format but the per-token-head ones (cpu.c gives those
+ * the AVX2 instances); the VBMI instances the fp8-decoded formats (e4m3fn, e5m2, fp8_per_token_head), which
+ * cpu.c takes over the plain ones where the CPU has VBMI. */
+#define INSTANCE(fmt, row, pth) VT_ATTN_TILE_INSTANCE(tile_##fmt, &row, pth)
+VT_AVX512_DECODERS(INSTANCE)
+#undef INSTANCE
 
-/* This ISA's entries of the (ISA x format) kernel table (cpu.c), one instance per format, the decoder a
- * compile-time constant in each: the plain instances serve every element format but the per-token-head ones
- * (cpu.c gives those the AVX2 instances); the VBMI instances the fp8-decoded formats (e4m3fn, e5m2,
- * fp8_per_token_head), which cpu.c takes over the plain ones where the CPU has VBMI. */
-const vt_attn_tile_fn VT_TILE_TABLE[VT_DTYPE_COUNT] = {
-#if !VT_TILE_VBMI
-    [VT_DTYPE_F32] = tile_f32, [VT_DTYPE_F16] = tile_f16, [VT_DTYPE_BF16] = tile_bf16,
-#else
-    [VT_DTYPE_FP8_PTH] = tile_fp8_pth,
-#endif
-    [VT_DTYPE_FP8_E4M3] = tile_e4m3, [VT_DTYPE_FP8_E5M2] = tile_e5m2,
-};
+#define ENTRY(fmt, row, pth) [VT_DTYPE_##fmt] = tile_##fmt,
+const vt_attn_tile_fn VT_TILE_TABLE[VT_DTYPE_COUNT] = {VT_AVX512_DECODERS(ENTRY)};
+#undef ENTRY
 
 #endif /* VT_X86 */

@@ -36,27 +36,63 @@
  * elements 8L + 4 + m in the high one's. */
 static inline int pv_pos(int e) { return ((e >> 2) & 1) * 16 + (e >> 3) * 4 + (e & 3); }
 
-/* 32 elements (lanes outside m read 0) of a bf16, fp8, int8 or int4 row as 32 bf16 values, in order
- * (int4: the 16 bytes at src, element 2i the low nibble of byte i, minus the key's zero point: looked up in zt,
- * int4_table's). */
-TB static AI __m512i ld32(vt_dtype dt, const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt) {
-    if (dt == VT_DTYPE_BF16) return _mm512_maskz_loadu_epi16(m, src);
-    if (dt == VT_DTYPE_INT4_PTH) {
-        const int nb = __builtin_popcount((unsigned)m) / 2; /* m: the chunk's first elements; 2 per byte */
-        const __mmask16 mb = nb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nb) - 1u);
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mb, src)); /* byte i in dword i */
-        /* dword i: the low nibble in its low 16 bits, the high nibble in its high 16: (b | b << 12) & 0x000F000F */
-        const __m512i c = _mm512_ternarylogic_epi32(b, _mm512_slli_epi32(b, 12), _mm512_set1_epi32(0x000F000F), 0xA8);
-        return _mm512_maskz_permutexvar_epi16(m, c, zt); /* past D: 0, not -zp */
-    }
-    if (dt == VT_DTYPE_INT8_PTH) { /* |code| <= 128: exact in float32 and in bf16 */
-        const __m256i x = _mm256_maskz_loadu_epi8(m, src);
-        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x)));
-        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(x, 1)));
-        return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-    }
+/* The pair-dot tile's decoder table: one row per format it reads. A row's ld32 reads 32 elements (lanes
+ * outside m read 0) of a row's chunk at src as 32 bf16 values, in order; each tile instance takes its row as
+ * a compile-time constant, so the row's fields fold into the instance. A new format read by this tile: its
+ * ld32, its row and its line in VT_BF16DOT_DECODERS. */
+typedef struct decbf {
+    __m512i (*ld32)(const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt);
+    int bits;       /* bits per element */
+    vt_dtype fp8;   /* the fp8 format whose decode table ld32 reads; else float32 (no table) */
+    int zero_point; /* codes minus a per-key zero point, which the key's stored scale carries (zt: int4_table) */
+    int rotated;    /* keys in a rotated space: q rotated once, accumulators rotated back */
+} decbf;
+
+TB static AI __m512i ld_bf16(const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt) {
+    (void)tb, (void)zt;
+    return _mm512_maskz_loadu_epi16(m, src);
+}
+
+/* int4: the 16 bytes at src, element 2i the low nibble of byte i, minus the key's zero point: looked up in
+ * zt, int4_table's */
+TB static AI __m512i ld_int4(const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt) {
+    (void)tb;
+    const int nb = __builtin_popcount((unsigned)m) / 2; /* m: the chunk's first elements; 2 per byte */
+    const __mmask16 mb = nb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nb) - 1u);
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mb, src)); /* byte i in dword i */
+    /* dword i: the low nibble in its low 16 bits, the high nibble in its high 16: (b | b << 12) & 0x000F000F */
+    const __m512i c = _mm512_ternarylogic_epi32(b, _mm512_slli_epi32(b, 12), _mm512_set1_epi32(0x000F000F), 0xA8);
+    return _mm512_maskz_permutexvar_epi16(m, c, zt); /* past D: 0, not -zp */
+}
+
+/* |code| <= 128: exact in float32 and in bf16 */
+TB static AI __m512i ld_int8(const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt) {
+    (void)tb, (void)zt;
+    const __m256i x = _mm256_maskz_loadu_epi8(m, src);
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x)));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(x, 1)));
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+TB static AI __m512i ld_fp8(const uint8_t *src, __mmask32 m, const vt512_fp8tab *tb, __m512i zt) {
+    (void)zt;
     return vt512_fp8_to_bf16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src)), tb);
 }
+
+static const decbf DEC_BF16 = {.ld32 = ld_bf16, .bits = 16};
+static const decbf DEC_E4M3 = {.ld32 = ld_fp8, .bits = 8, .fp8 = VT_DTYPE_FP8_E4M3};
+static const decbf DEC_E5M2 = {.ld32 = ld_fp8, .bits = 8, .fp8 = VT_DTYPE_FP8_E5M2};
+static const decbf DEC_INT8 = {.ld32 = ld_int8, .bits = 8};
+static const decbf DEC_INT4 = {.ld32 = ld_int4, .bits = 4, .zero_point = 1, .rotated = 1};
+
+/* X(format, its decoder row, per-token-head scales): one instance per line, and the table below. */
+#define VT_BF16DOT_DECODERS(X)                                                                                  \
+    X(BF16, DEC_BF16, 0)                                                                                        \
+    X(FP8_E4M3, DEC_E4M3, 0)                                                                                    \
+    X(FP8_E5M2, DEC_E5M2, 0)                                                                                    \
+    X(INT8_PTH, DEC_INT8, 1)                                                                                    \
+    X(FP8_PTH, DEC_E4M3, 1)                                                                                     \
+    X(INT4_PTH, DEC_INT4, 1)
 
 /* Transpose 16 x 16 dwords in place: afterwards r[i] holds dword i of every
  * input r[j] in lane j (unpack 32, unpack 64, then two 128-bit levels). */
@@ -89,23 +125,23 @@ TB static AI void tr16x16(__m512i r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* The bf16 values code - zp of the 16 int4 codes (words 0-15), for ld32: integers in -15..15, exact. */
+/* The bf16 values code - zp of the 16 int4 codes (words 0-15), for ld_int4: integers in -15..15, exact. */
 TB static AI __m512i int4_table(float zp) {
     const __m512 c = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     return _mm512_zextsi256_si512((__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(c, _mm512_set1_ps(zp))));
 }
 
 /* Kt[c * 16 + i] (i < 16) = pair c * 16 + i of the nk keys at kp[] (keys past nk, elements past D: 0);
- * cb bytes per 32-element chunk; zp the keys' int4 zero points (0 for other dtypes). */
-TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *kp, int nk, int D, int cb,
+ * cb bytes per 32-element chunk; zp the keys' zero points (0 where the row has none). */
+TB static void build_kt(const decbf *dc, const vt512_fp8tab *tb, const uint8_t *const *kp, int nk, int D, int cb,
                         const float *zp, int NC, __m512i *Kt) {
     __m512i zt[KB];
-    for (int jj = 0; jj < KB; jj++) zt[jj] = dt == VT_DTYPE_INT4_PTH ? int4_table(zp[jj]) : _mm512_setzero_si512();
+    for (int jj = 0; jj < KB; jj++) zt[jj] = dc->zero_point ? int4_table(zp[jj]) : _mm512_setzero_si512();
     for (int c = 0; c < NC; c++) {
         __m512i r[16];
         const __mmask32 mk = vt512_chunk_mask(D, c);
         for (int jj = 0; jj < KB; jj++)
-            r[jj] = jj < nk ? ld32(dt, kp[jj] + (size_t)c * cb, mk, tb, zt[jj]) : _mm512_setzero_si512();
+            r[jj] = jj < nk ? dc->ld32(kp[jj] + (size_t)c * cb, mk, tb, zt[jj]) : _mm512_setzero_si512();
         tr16x16(r);
         VT_UNROLL
         for (int i = 0; i < 16; i++) _mm512_storeu_si512(Kt + c * 16 + i, r[i]);
@@ -113,16 +149,16 @@ TB static void build_kt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *cons
 }
 
 /* Vt[k * NVt + 2c (+1)] = keys 2k and 2k + 1 of vp[] interleaved, chunk c (low / high halves, pv_pos order). */
-TB static void build_vt(vt_dtype dt, const vt512_fp8tab *tb, const uint8_t *const *vp, int nk, int D, int cb,
+TB static void build_vt(const decbf *dc, const vt512_fp8tab *tb, const uint8_t *const *vp, int nk, int D, int cb,
                         const float *zp, int NC, __m512i *Vt) {
     const int NVt = 2 * NC;
     __m512i zt[KB];
-    for (int jj = 0; jj < KB; jj++) zt[jj] = dt == VT_DTYPE_INT4_PTH ? int4_table(zp[jj]) : _mm512_setzero_si512();
+    for (int jj = 0; jj < KB; jj++) zt[jj] = dc->zero_point ? int4_table(zp[jj]) : _mm512_setzero_si512();
     for (int k = 0; 2 * k < nk; k++)
         for (int c = 0; c < NC; c++) {
             const __mmask32 mk = vt512_chunk_mask(D, c);
-            __m512i x = ld32(dt, vp[2 * k] + (size_t)c * cb, mk, tb, zt[2 * k]);
-            __m512i y = 2 * k + 1 < nk ? ld32(dt, vp[2 * k + 1] + (size_t)c * cb, mk, tb, zt[2 * k + 1])
+            __m512i x = dc->ld32(vp[2 * k] + (size_t)c * cb, mk, tb, zt[2 * k]);
+            __m512i y = 2 * k + 1 < nk ? dc->ld32(vp[2 * k + 1] + (size_t)c * cb, mk, tb, zt[2 * k + 1])
                                        : _mm512_setzero_si512();
             _mm512_storeu_si512(Vt + k * NVt + 2 * c, _mm512_unpacklo_epi16(x, y));
             _mm512_storeu_si512(Vt + k * NVt + 2 * c + 1, _mm512_unpackhi_epi16(x, y));
@@ -226,13 +262,13 @@ TB static void pv_rows(int R, int LO, float *const *acc, const float *alpha, con
     else pv_slabs(1, 0, acc, alpha, pp, pl, pm, Vt, NVt);
 }
 
-/* The tile of one format: dt (the codes' decoder: bf16, e4m3, e5m2, int8 or int4 per-token-head) and pth
- * (per-token-head scales) are constants in each instance below, so ld32's decode branch folds away. */
-TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
+/* The tile of one format: dc (its decoder row) and pth (per-token-head scales) are constants in each instance
+ * below, so the row's fields fold into it. */
+TB static AI void tile(const decbf *dc, const int pth, const vt_attn_params *p, const vt_attn_item *it, float *work,
                        float *m, float *l, float *acc) {
     const int D = p->head_size, G = p->num_heads / p->num_kv_heads;
     const int rg = (int)(it->nq * G); /* rows per group */
-    const int int4 = dt == VT_DTYPE_INT4_PTH;
+    const int int4 = dc->rotated;
     if (!vt_attn_bf16dot_applies(p, rg)) { /* the plain AVX-512 table's tile for the format */
         vt_kernels_table(VT_ISA_AVX512, 0)->attn_tile[p->kv_dtype](p, it, work, m, l, acc);
         return;
@@ -240,8 +276,7 @@ TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p
     const int rows = rg * it->ng;
     const float b4 = int4 ? (float)vt_int4_rht_block(D) : 1.0f; /* int4: the rotation's norm (H H = b I) */
     const int split = vt_attn_bf16dot_split(p);
-    const int esz = (int)vt_dtype_get(dt)->elem_bytes;
-    const int cb = int4 ? 16 : 32 * esz, row_bytes = int4 ? D / 2 : D * esz; /* bytes per chunk / row */
+    const int cb = 32 * dc->bits / 8, row_bytes = D * dc->bits / 8; /* bytes per chunk / row */
     const int Dp = (D + 31) / 32 * 32, Dh = Dp / 2, NC = Dp / 32, NVt = Dp / 16;
     /* work (fits vt_attn_work_floats): Kt and Vt first (64-byte multiples), then q pairs, accumulators, logits */
     __m512i *Kt = (__m512i *)(void *)work;                 /* Dh x 16 dwords */
@@ -253,7 +288,7 @@ TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p
     uint32_t *pl = pp + (size_t)rg * 8;                       /* rg x 8 low parts (split weights) */
     float *alpha = (float *)(void *)(pl + (size_t)rg * 8);    /* rg */
     unsigned *pm = (unsigned *)(void *)(alpha + rg);          /* rg */
-    const vt512_fp8tab tb = vt512_fp8_table(dt);
+    const vt512_fp8tab tb = vt512_fp8_table(dc->fp8);
     for (int r = 0; r < rows; r++) {
         const uint8_t *src = vt_attn_q_row(p, it, r, rg, G);
         uint32_t *qr = qb + (size_t)r * Dh;
@@ -289,7 +324,7 @@ TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p
          * tile does, 90 ns per key-head; per group into L1 108-120; per group into L2 76-83); 2-byte rows
          * (memory-bound) take K's at the group's start and V's after its logits, 1-byte and int4 rows (bound
          * by their decode) both at the start (measured: speed.md, Results) */
-        const int pf_split = esz >= 2 && !int4;
+        const int pf_split = dc->bits >= 16;
         const int64_t jp = j0 + BF_PF_BLOCKS * KB;
         const int np = jp < it->ke ? (it->ke - jp < KB ? (int)(it->ke - jp) : KB) : 0;
         if (np) vt_attn_key_offsets(p, it, jp, np, pko, pvo);
@@ -313,17 +348,17 @@ TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p
                                  .inv_cap = inv_cap, .j0 = j0, .valid = valid};
             if (pth) {
                 vt_attn_key_scales(p, g, kso, vso, nk, KB, kscale, vscale);
-                if (int4) /* stored scale -> (masked scale, zero point) */
+                if (dc->zero_point) /* stored scale -> (masked scale, zero point) */
                     for (int jj = 0; jj < KB; jj++)
                         kscale[jj] = vt_attn_int4_split(kscale[jj], &kz[jj]), vscale[jj] = vt_attn_int4_split(vscale[jj], &vz[jj]);
                 st.mul = _mm512_mul_ps(st.mul, _mm512_load_ps(kscale)); /* mul * ks_j, per key lane */
                 vmul = _mm512_load_ps(vscale);
             }
-            build_kt(dt, &tb, kp, nk, D, cb, kz, NC, Kt);
+            build_kt(dc, &tb, kp, nk, D, cb, kz, NC, Kt);
             for (int r0 = 0; r0 < rg; r0 += 8)
                 qk_group(rg - r0 < 8 ? rg - r0 : 8, qg + (size_t)r0 * Dh, Dh, Kt, S + (size_t)r0 * KB);
             if (np && pf_split) vt_attn_prefetch_head(p->v, p->v_stride_head, g, pvo, np, row_bytes);
-            build_vt(dt, &tb, vp, nk, D, cb, vz, NC, Vt);
+            build_vt(dc, &tb, vp, nk, D, cb, vz, NC, Vt);
             for (int r = 0; r < rg; r++) {
                 int64_t qi = r / G;
                 alpha[r] = 1.0f;
@@ -367,24 +402,19 @@ TB static AI void tile(const vt_dtype dt, const int pth, const vt_attn_params *p
     }
 }
 
-#define BF_INSTANCE(name, dt, pth)                                                                              \
-    TB static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,       \
-                        float *acc) {                                                                           \
-        tile(dt, pth, p, it, work, m, l, acc);                                                                  \
+#define INSTANCE(fmt, row, pth)                                                                                 \
+    TB static void tile_##fmt(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l, \
+                              float *acc) {                                                                     \
+        tile(&row, pth, p, it, work, m, l, acc);                                                                \
     }
-BF_INSTANCE(tile_bf16, VT_DTYPE_BF16, 0)
-BF_INSTANCE(tile_e4m3, VT_DTYPE_FP8_E4M3, 0)
-BF_INSTANCE(tile_e5m2, VT_DTYPE_FP8_E5M2, 0)
-BF_INSTANCE(tile_int8_pth, VT_DTYPE_INT8_PTH, 1)
-BF_INSTANCE(tile_fp8_pth, VT_DTYPE_FP8_E4M3, 1)
-BF_INSTANCE(tile_int4_pth, VT_DTYPE_INT4_PTH, 1)
+VT_BF16DOT_DECODERS(INSTANCE)
+#undef INSTANCE
 
 /* The AVX-512 table's entries on a CPU with AVX512-BF16 (cpu.c takes them over every other AVX-512 instance):
  * one per format the pair-dot tile reads, each handing the items vt_attn_bf16dot_applies leaves to the table
  * without AVX512-BF16. */
-const vt_attn_tile_fn vt_attn_tiles_avx512bf16[VT_DTYPE_COUNT] = {
-    [VT_DTYPE_BF16] = tile_bf16,         [VT_DTYPE_FP8_E4M3] = tile_e4m3,   [VT_DTYPE_FP8_E5M2] = tile_e5m2,
-    [VT_DTYPE_INT8_PTH] = tile_int8_pth, [VT_DTYPE_FP8_PTH] = tile_fp8_pth, [VT_DTYPE_INT4_PTH] = tile_int4_pth,
-};
+#define ENTRY(fmt, row, pth) [VT_DTYPE_##fmt] = tile_##fmt,
+const vt_attn_tile_fn vt_attn_tiles_avx512bf16[VT_DTYPE_COUNT] = {VT_BF16DOT_DECODERS(ENTRY)};
+#undef ENTRY
 
 #endif /* VT_X86 */

@@ -58,18 +58,18 @@ static inline float vt_attn_logit_mul(const vt_attn_params *p, int b, int g) {
     case D: __VA_ARGS__; break;
 #endif
 
-/* The instance `name` of a SIMD tile file's tile(dt, pth, DC, p, it, work, m, l, acc) for the decoder dt (pth:
- * per-token-head scales), with the head sizes above as constants DC and any other at runtime (DC 0); T is the
- * file's target attribute. */
-#define VT_ATTN_TILE_INSTANCE(name, dt, pth)                                                                    \
-    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,          \
-                       float *acc) {                                                                             \
-        switch (p->head_size) {                                                                                  \
-        VT_ATTN_HEAD_CASE(64, tile(dt, pth, 64, p, it, work, m, l, acc))                                         \
-        VT_ATTN_HEAD_CASE(128, tile(dt, pth, 128, p, it, work, m, l, acc))                                       \
-        VT_ATTN_HEAD_CASE(256, tile(dt, pth, 256, p, it, work, m, l, acc))                                       \
-        default: tile(dt, pth, 0, p, it, work, m, l, acc); break;                                                \
-        }                                                                                                        \
+/* The instance `name` of a SIMD tile file's tile(dec, pth, DC, p, it, work, m, l, acc) for the decoder dec
+ * (a row of the file's decoder table; pth: per-token-head scales), with the head sizes above as constants DC
+ * and any other at runtime (DC 0); T is the file's target attribute. */
+#define VT_ATTN_TILE_INSTANCE(name, dec, pth)                                                                   \
+    T static void name(const vt_attn_params *p, const vt_attn_item *it, float *work, float *m, float *l,        \
+                       float *acc) {                                                                            \
+        switch (p->head_size) {                                                                                 \
+        VT_ATTN_HEAD_CASE(64, tile(dec, pth, 64, p, it, work, m, l, acc))                                       \
+        VT_ATTN_HEAD_CASE(128, tile(dec, pth, 128, p, it, work, m, l, acc))                                     \
+        VT_ATTN_HEAD_CASE(256, tile(dec, pth, 256, p, it, work, m, l, acc))                                     \
+        default: tile(dec, pth, 0, p, it, work, m, l, acc); break;                                              \
+        }                                                                                                       \
     }
 
 /* Floats of per-thread work any tile kernel may use for `rows` rows. */
