@@ -148,9 +148,10 @@ def flash_attn_varlen_func(
     """
     fn = "flash_attn_varlen_func"
     return_lse = bool(return_lse or return_softmax_lse)
-    # the formats with their own front doors (their own modules): slot formats (read in place), NVFP4 pages (a copy)
+    # the formats with their own front doors (their own modules): slot caches (read in place), NVFP4 on vLLM's two
+    # page side views (a copy); NVFP4 on one slot cache (v None or k itself) is a slot format like any other
     if isinstance(kv_cache_dtype, str) and kv_cache_dtype in OWN_PATH_DTYPES:
-        own = _nvfp4 if _nvfp4.is_nvfp4(kv_cache_dtype) else _tq_ops
+        own = _nvfp4 if _nvfp4.is_pages(kv_cache_dtype, k, v) else _tq_ops
         return own.attention(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,

@@ -45,8 +45,8 @@ class DtypeInfo:
         ``"dense"``, ``"scale_planes"`` (a float32 ``[num_blocks, block_size,
         H_kv]`` plane each for K and V beside the codes) or ``"slots"``
         (the slot formats, TurboQuant and UltraQuant: one uint8 ``[num_blocks,
-        block_size, H_kv, slot_bytes]`` cache holding K, V and their scales: TurboQuant, UltraQuant, Octave;
-        ``vt.turboquant_slot_bytes``).
+        block_size, H_kv, slot_bytes]`` cache holding K, V and their scales: TurboQuant, UltraQuant, Octave,
+        NVFP4; ``vt.turboquant_slot_bytes``).
     key_bits, value_bits : int
         Slot formats only (0 otherwise): key bits (TurboQuant: 8 = fp8 e4m3 keys,
         3 / 4 = Lloyd-Max indices of the rotated key; UltraQuant: 4, FP4 E2M1 of the
@@ -56,7 +56,7 @@ class DtypeInfo:
     family : str
         The format family (one C file each): ``"plain"``, ``"fp8"``,
         ``"per_token_head"``, ``"int4_per_token_head"``, ``"turboquant"``,
-        ``"ultraquant"``, ``"octave"``.
+        ``"ultraquant"``, ``"octave"``, ``"nvfp4"``.
     query_dtype : str
         The dtype the read rounds the (rotated) query to before its dot
         products: ``"fp8_e4m3"`` for ``ultraquant_4bit`` (vLLM's UltraQuant
@@ -83,6 +83,10 @@ class DtypeInfo:
     causal_only : bool
         vLLM reads the format under a causal mask only
         (``int4_per_token_head``); a non-causal read is refused.
+    global_scale : bool
+        A slot format whose codes are also scaled by the layer's K / V scale
+        (NVFP4's global scale: the checkpoint's ``k_scale`` / ``v_scale``, one
+        per tensor or layer); False where the slot holds every scale.
     """
 
     id: int
@@ -112,6 +116,7 @@ class DtypeInfo:
     boundary_layers: int
     pair_dot: bool
     causal_only: bool
+    global_scale: bool
 
     def head_size_error(self, head_size: int) -> str | None:
         """None when this format stores head rows of ``head_size`` elements, else its one geometry rule's message
@@ -135,13 +140,12 @@ TURBOQUANT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.family ==
 SLOT_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.page_layout == "slots")
 #: vLLM 0.33's ``--kv-cache-dtype`` values (``CacheDType``), in vLLM's order.
 VLLM_KV_CACHE_DTYPES: tuple[str, ...] = _C.vllm_kv_cache_dtypes()
-#: vLLM's NVFP4 page formats, stored through the functional forms on vLLM's page views (not in PagedKVCache);
-#: nvfp4_ds_mla, an MLA latent entry, is not one of them.
-NVFP4_DTYPES: tuple[str, ...] = tuple(n for n in VLLM_KV_CACHE_DTYPES if n.startswith("nvfp4")
-                                      and not n.endswith("_ds_mla"))
-#: The formats stored and read through their own modules (the slot formats, NVFP4 pages): one set lookup
-#: keeps the element formats' small calls off both tests.
-OWN_PATH_DTYPES: frozenset[str] = frozenset(SLOT_DTYPES + NVFP4_DTYPES)
+#: vLLM's NVFP4 formats (the table's family "nvfp4"): slot formats in PagedKVCache, and through the functional
+#: forms on vLLM's own NVFP4 page views (``[K codes | K scales | V codes | V scales]`` per page).
+NVFP4_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.family == "nvfp4")
+#: The formats the functional forms store and read through their own modules (the slot formats; NVFP4 on vLLM's
+#: page views): one set lookup keeps the element formats' small calls off both tests.
+OWN_PATH_DTYPES: frozenset[str] = frozenset(SLOT_DTYPES)
 
 
 def _not_stored_reason(name: str, what: str) -> str:

@@ -101,10 +101,13 @@ class PagedKVCache(_C.PagedKVCache):
         two codes per byte: its K/V views are uint8 with a last dimension
         of ``D / 2``; ``head_size`` must be even, at most 4096, with a
         rotation block (largest power-of-two divisor) of at most 1024. A slot
-        format (``vt.SLOT_DTYPES``: TurboQuant, UltraQuant, Octave) keeps K and
+        format (``vt.SLOT_DTYPES``: TurboQuant, UltraQuant, Octave, NVFP4) keeps K and
         V of a (token, KV head) in one uint8 slot: :meth:`key_cache` and
         :meth:`value_cache` are the same ``[num_blocks, block_size, H_kv,
-        slot_bytes]`` view (vLLM's one slot cache per layer).
+        slot_bytes]`` view (vLLM's one slot cache per layer). An NVFP4 slot
+        (``vt.NVFP4_DTYPES``) is ``[K codes D / 2 | K scales D / 16 | V codes
+        D / 2 | V scales D / 16]``, the bytes vLLM's NVFP4 page holds per
+        (token, KV head); its global scales are ``k_scale`` / ``v_scale``.
     layout : {"NHD", "HND"}
         ``NHD`` stores each layer's K (and V) as ``[num_blocks, block_size,
         H_kv, D]`` (vLLM's default); ``HND`` as ``[num_blocks, H_kv,
@@ -113,8 +116,9 @@ class PagedKVCache(_C.PagedKVCache):
         fp8 scales: a number, one per layer (``[num_layers]``) or one per
         layer and KV head (``[num_layers, num_kv_heads]``); finite and > 0
         (ValueError otherwise). Stored as float32; readable and settable as
-        arrays through the attributes of the same names. Plain dtypes ignore
-        them.
+        arrays through the attributes of the same names. NVFP4's global
+        scales (the checkpoint's ``k_scale`` / ``v_scale``): a number or one
+        per layer. Plain dtypes ignore them.
     model_dtype : str, optional
         The model's dtype, required when ``dtype="auto"``.
     rope_dim : int, optional
@@ -280,6 +284,10 @@ class PagedKVCache(_C.PagedKVCache):
         elif kind == "slot":  # one slot cache, K and V together
             v = k
             kwargs.setdefault("kv_cache_dtype", self.dtype)
+            if dtype_info(self.dtype).global_scale:  # NVFP4: the layer's global scales
+                ks, vs = self.layer_scales(layer)
+                kwargs.setdefault("k_descale", ks)
+                kwargs.setdefault("v_descale", vs)
         return _attention.flash_attn_varlen_func(
             q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table, **kwargs
         )
@@ -312,6 +320,9 @@ def _scale_rows(dtype: str, ks: np.ndarray, vs: np.ndarray) -> list[tuple[str, s
 
     info = dtype_info(dtype)
     kind = info.scale_kind
+    if kind == "slot" and info.global_scale:  # NVFP4: block scales in the slot, the layer's global scales here
+        return [("scales", "e4m3 per 16 elements inside each (token, KV head) slot, times the global scale"),
+                ("k_scale", _scale_summary(ks)), ("v_scale", _scale_summary(vs))]
     if kind == "slot":
         return [("scales", "inside each (token, KV head) slot, K and V in one slot cache per layer")]
     if kind != "token_head":
@@ -411,7 +422,7 @@ def reshape_and_cache_flash(
     CUDA arm (``vtinfer._cuda``), with the same checks and bytes.
     """
     if isinstance(kv_cache_dtype, str) and kv_cache_dtype in OWN_PATH_DTYPES:
-        if _nvfp4.is_nvfp4(kv_cache_dtype):
+        if _nvfp4.is_pages(kv_cache_dtype, key_cache, value_cache):
             _nvfp4.store(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
                          layout=layout, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
                          num_threads=num_threads)

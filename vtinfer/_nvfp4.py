@@ -33,6 +33,14 @@ def is_nvfp4(kv_cache_dtype: Any) -> bool:
     return isinstance(kv_cache_dtype, str) and kv_cache_dtype in NVFP4_DTYPES
 
 
+def is_pages(kv_cache_dtype: Any, key_cache: Any, value_cache: Any) -> bool:
+    """An NVFP4 call on vLLM's two page side views (this module), not on one slot cache (``value_cache`` None or
+    ``key_cache`` itself: the slot formats' path, as ``PagedKVCache`` holds NVFP4)."""
+    from vtinfer._tq_ops import _same_cache
+
+    return is_nvfp4(kv_cache_dtype) and value_cache is not None and not _same_cache(key_cache, value_cache)
+
+
 def _scale(x: Any, fn: str, name: str) -> float:
     from vtinfer._cache_ops import _scalar
 

@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from vtinfer import _framework
-from vtinfer._dtypes import SLOT_DTYPES
+from vtinfer._dtypes import SLOT_DTYPES, dtype_info
 
 
 def is_turboquant(kv_cache_dtype: Any) -> bool:
@@ -116,6 +116,9 @@ def attention(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, seqused_k: Any, bloc
     _value_cache_is_key_cache(k, v, fn, "k", "v", kv_cache_dtype)
     _refuse_given(fn, kv_cache_dtype, "the paged form only: seqused_k and block_table", cu_seqlens_k=cu_seqlens_k)
     _refuse_given(fn, kv_cache_dtype, "queries are float32, float16 or bfloat16", q_dtype=q_dtype)
+    global_scales = {}
+    if dtype_info(kv_cache_dtype).global_scale:  # NVFP4: k_descale / v_descale are the layer's global scales
+        global_scales = {"k_scale": scales.pop("k_descale", None), "v_scale": scales.pop("v_descale", None)}
     _refuse_given(fn, kv_cache_dtype, SCALES_IN_SLOT, **scales)
     if block_table is None or seqused_k is None:
         raise TypeError(f"{fn}: block_table and seqused_k must be given for kv_cache_dtype '{kv_cache_dtype}' (the "
@@ -134,7 +137,8 @@ def attention(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, seqused_k: Any, bloc
             seqused_k=as_numpy(seqused_k, "seqused_k", fn), block_table=as_numpy(block_table, "block_table", fn),
             kv_cache_dtype=kv_cache_dtype, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
             softcap=softcap, alibi_slopes=as_numpy(alibi_slopes, "alibi_slopes", fn),
-            s_aux=as_numpy(s_aux, "s_aux", fn), return_lse=return_lse, num_threads=num_threads)
+            s_aux=as_numpy(s_aux, "s_aux", fn), return_lse=return_lse, num_threads=num_threads,
+            **{n: as_numpy(x, n, fn) for n, x in global_scales.items()})
     except (ValueError, TypeError, IndexError, NotImplementedError) as e:  # in the caller's names: fn, k
         msg = re.sub(r"(?<!\w)kv_cache(?!\w)", "k", str(e).replace("turboquant_attention:", f"{fn}:", 1))
         raise type(e)(msg) from None

@@ -229,8 +229,9 @@ def referenced_blocks(block_table: Any, seqused_k: Any, num_blocks: int, block_s
 def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k: Any, block_table: Any,
                          kv_cache_dtype: str, softmax_scale: float | None = None, causal: bool = True,
                          window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
-                         s_aux: Any = None, return_lse: bool = False, num_threads: int | None = None) -> Any:
-    """Paged attention over a slot cache (the meaning of vLLM 0.33's TurboQuant, UltraQuant and Octave decode).
+                         s_aux: Any = None, return_lse: bool = False, num_threads: int | None = None,
+                         k_scale: Any = None, v_scale: Any = None) -> Any:
+    """Paged attention over a slot cache (the meaning of vLLM 0.33's TurboQuant, UltraQuant, Octave and NVFP4 decode).
 
     The read decodes the slots a chunk of keys at a time (the format's
     codec, as ``turboquant_gather`` decodes them) into float32 rows that the
@@ -256,6 +257,10 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
         As ``vt.flash_attn_varlen_func`` (``softmax_scale`` defaults to ``1 / sqrt(head_size)``).
     kv_cache_dtype : str
         One of ``vt.SLOT_DTYPES``.
+    k_scale, v_scale : float, optional
+        NVFP4 only (the rows with ``global_scale``): the global K / V scales
+        the slots were stored with (default 1.0); the read decodes
+        ``E2M1 * block scale * k_scale``. Refused for the other formats.
 
     Returns
     -------
@@ -269,7 +274,14 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
     from vtinfer._attention import _f32
 
     fn = "turboquant_attention"
-    _tq_info(kv_cache_dtype, fn)
+    info = _tq_info(kv_cache_dtype, fn)
+    scales = {"k_descale": k_scale, "v_descale": v_scale}
+    if not info.global_scale:
+        given = [n for n, x in (("k_scale", k_scale), ("v_scale", v_scale)) if x is not None]
+        if given:
+            raise ValueError(f"{fn}: {given[0]} must be None for kv_cache_dtype '{kv_cache_dtype}' (its scales are "
+                             f"in each slot); got {type(k_scale if given[0] == 'k_scale' else v_scale).__name__}")
+        scales = {}
     q = np.asarray(q)
     if q.ndim != 3:
         raise ValueError(f"{fn}: q must have shape [total_q, H, head_size]; got {q.ndim} dimensions")
@@ -285,7 +297,8 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
             q, kv_cache, kv_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, block_table=block_table,
             softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
             alibi_slopes=_f32(alibi_slopes, "alibi_slopes"), s_aux=_f32(s_aux, "s_aux"),
-            kv_cache_dtype=kv_cache_dtype, return_lse=return_lse, num_threads=num_threads)
+            kv_cache_dtype=kv_cache_dtype, return_lse=return_lse, num_threads=num_threads,
+            **{n: (None if x is None else _f32(x, n)) for n, x in scales.items()})
     except (ValueError, TypeError, IndexError, NotImplementedError) as e:
         raise type(e)(_in_our_words(str(e))) from None
     out, lse = (res if return_lse else (res, None))

@@ -61,7 +61,7 @@ static PyObject *py_dtype_table(PyObject *m, PyObject *unused) {
         static const char *const key_bases[] = {"model", "hadamard"};
         const vt_dtype_info *code = i->code_dtype >= 0 ? vt_dtype_get(i->code_dtype) : NULL;
         PyObject *row = Py_BuildValue(
-            "{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i,s:i,s:O,s:z,s:s,s:d,s:d,s:s,s:i,s:i,s:O,s:s,s:s,s:O,s:i,s:s,s:i,s:O,s:O}", "id", d, "name", i->name,
+            "{s:i,s:s,s:s,s:N,s:n,s:O,s:d,s:i,s:i,s:i,s:O,s:z,s:s,s:d,s:d,s:s,s:i,s:i,s:O,s:s,s:s,s:O,s:i,s:s,s:i,s:O,s:O,s:O}", "id", d, "name", i->name,
             "numpy_name", i->numpy_name, "flags", flags, "elem_bytes", (Py_ssize_t)i->elem_bytes, "is_fp8",
             i->is_fp8 ? Py_True : Py_False, "max_finite", i->max_finite, "exponent_bits", i->exponent_bits,
             "mantissa_bits", i->mantissa_bits, "elem_bits", i->elem_bits, "is_int", i->is_int ? Py_True : Py_False,
@@ -71,7 +71,8 @@ static PyObject *py_dtype_table(PyObject *m, PyObject *unused) {
             i->family, "query_dtype", vt_dtype_get(i->query_dtype)->name, "needs_codebook",
             vt_dtype_needs_codebook(d) ? Py_True : Py_False, "rope_block", i->rope_block, "key_basis",
             key_bases[i->key_basis], "boundary_layers", i->boundary_layers, "pair_dot",
-            i->pair_dot ? Py_True : Py_False, "causal_only", i->causal_only ? Py_True : Py_False);
+            i->pair_dot ? Py_True : Py_False, "causal_only", i->causal_only ? Py_True : Py_False,
+            "global_scale", i->global_scale ? Py_True : Py_False);
         if (!row) goto fail;
         PyTuple_SET_ITEM(t, d, row);
     }

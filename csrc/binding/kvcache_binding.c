@@ -348,6 +348,9 @@ static PyObject *kv_repr(PyObject *op) {
     else if (di->page_layout == VT_PAGE_SLOTS && di->rope_block > 0)
         snprintf(scales, sizeof scales, "scales=in-slot, slot_bytes=%zu, rope_dim=%lld", vt_kv_cache_row_bytes(c),
                  (long long)g->rope_dim);
+    else if (di->page_layout == VT_PAGE_SLOTS && di->global_scale) /* block scales in the slot, global ones here */
+        snprintf(scales, sizeof scales, "slot_bytes=%zu, k_scale=%s, v_scale=%s", vt_kv_cache_row_bytes(c),
+                 modes[km], modes[vm]);
     else if (di->page_layout == VT_PAGE_SLOTS)
         snprintf(scales, sizeof scales, "scales=in-slot, slot_bytes=%zu", vt_kv_cache_row_bytes(c));
     else

@@ -157,6 +157,7 @@ static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64
     out->rope_dim = t->rope_block > 0 ? rope : 0;
     out->data = kc->data;
     out->stride_block = kc->strides[0], out->stride_pos = kc->strides[1], out->stride_head = kc->strides[2];
+    out->k_scale = out->v_scale = 1.0f; /* NVFP4's global scales on a slot cache: vLLM's default */
     return 0;
 }
 

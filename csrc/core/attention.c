@@ -65,9 +65,15 @@ static vt_status check_params(const vt_attn_params *p, vt_error *err) {
     vt_status gst = vt_dtype_check_head_size(p->kv_dtype, p->head_size, FN, "q's head size", NULL, err);
     if (gst != VT_OK) return gst;
     if (kvi->read_family == VT_READ_SLOTS) {
-        if (p->k_descale || p->v_descale || p->k_scale_cache || p->v_scale_cache)
-            return vt_error_set(err, VT_ERR_VALUE, FN ": k_descale, v_descale, k_scale_cache and v_scale_cache must "
-                                "be None for kv_cache_dtype '%s' (its scales are in each slot); got one", kvi->name);
+        if (p->k_scale_cache || p->v_scale_cache || (!kvi->global_scale && (p->k_descale || p->v_descale)))
+            return vt_error_set(err, VT_ERR_VALUE, FN ": %s must be None for kv_cache_dtype '%s' (its scales are in "
+                                "each slot); got one", kvi->global_scale ? "k_scale_cache and v_scale_cache" :
+                                "k_descale, v_descale, k_scale_cache and v_scale_cache", kvi->name);
+        if (kvi->global_scale && ((p->k_descale && (p->k_descale_stride_b || p->k_descale_stride_h)) ||
+                                  (p->v_descale && (p->v_descale_stride_b || p->v_descale_stride_h))))
+            return vt_error_set(err, VT_ERR_VALUE, FN ": k_descale and v_descale must be one number each for "
+                                "kv_cache_dtype '%s' (the layer's global scales); got one per sequence or KV head",
+                                kvi->name);
         if (p->k != p->v)
             return vt_error_set(err, VT_ERR_VALUE, FN ": v must be k for kv_cache_dtype '%s' (one slot cache holds "
                                 "K and V)", kvi->name);
@@ -322,10 +328,12 @@ static int q_row_has_nan(const vt_attn_params *p, int64_t tok, int h) {
  * of them. */
 static void finish_tile(const vt_attn_params *p, const plan *pl, const vt_attn_item *it, float *part0, int32_t ns) {
     size_t D = (size_t)p->head_size, rg = (size_t)it->nq * (size_t)pl->G, rows = rg * (size_t)it->ng;
+    /* a slot read scales V by a global-scale row's v_descale itself (vt_attn_tile_slots) */
+    const float *vds = vt_dtype_get(p->kv_dtype)->read_family == VT_READ_SLOTS ? NULL : p->v_descale;
     for (size_t r = 0; r < rows; r++) {
         int g = it->g + (int)(r / rg);
         size_t lr = r % rg;
-        float vd = p->v_descale ? p->v_descale[it->b * p->v_descale_stride_b + g * p->v_descale_stride_h] : 1.0f;
+        float vd = vds ? vds[it->b * p->v_descale_stride_b + g * p->v_descale_stride_h] : 1.0f;
         float *m0 = part0, *l0 = part0 + pl->rows, *a0 = part0 + 2 * pl->rows + r * D;
         float M = m0[r];
         for (int32_t c = 1; c < ns; c++) {

@@ -121,7 +121,8 @@ void vt_attn_tile_slots(const vt_attn_params *p, const vt_attn_item *it, float *
                             .num_kv_heads = p->num_kv_heads, .head_size = D, .data = (uint8_t *)(uintptr_t)p->k,
                             .stride_block = p->k_stride_block, .stride_pos = p->k_stride_tok,
                             .stride_head = p->k_stride_head, .centroids = p->slot_centroids,
-                            .rope_dim = p->slot_rope_dim};
+                            .rope_dim = p->slot_rope_dim, .k_scale = p->k_descale ? p->k_descale[0] : 1.0f,
+                            .v_scale = p->v_descale ? p->v_descale[0] : 1.0f};
     /* the chunk as a float32 paged cache: page i of the chunk at kbuf + i * bs * ng rows */
     vt_attn_params cp = *p;
     cp.kv_dtype = VT_DTYPE_F32;

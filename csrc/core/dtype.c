@@ -18,6 +18,8 @@
 #define TQ_MSE_KEYS .norm_correction = 1, .key_basis = VT_KEY_BASIS_HADAMARD
 #define OCTAVE_ROW SLOT_ROW, .family = "octave", .slot = &vt_slot_octave, .head_multiple = 64, \
     .head_max = VT_SLOT_MAX_D
+#define NVFP4_ROW SLOT_ROW, .family = "nvfp4", .key_bits = 4, .value_bits = 4, .head_multiple = 64, \
+    .head_max = VT_SLOT_MAX_D, .global_scale = 1
 
 static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     [VT_DTYPE_F32] = {.id = VT_DTYPE_F32, .name = "float32", .numpy_name = "float32", .flags = NAMES("float32", "float"),
@@ -94,6 +96,13 @@ static const vt_dtype_info dtype_table[VT_DTYPE_COUNT] = {
     [VT_DTYPE_OCT_K3V3_COMPACT] = {.id = VT_DTYPE_OCT_K3V3_COMPACT, .name = "octave_k3v3_compact",
                                    .flags = NAMES("octave_k3v3_compact"), OCTAVE_ROW, .key_bits = 3, .value_bits = 3,
                                    .head_pow2 = 1},
+    /* vLLM 0.33 nvfp4 (its SM100 store kernel; csrc/core/nvfp4.c): a slot per (token, KV head) of E2M1 codes and
+     * e4m3 scales per 16 elements, the layer's k_scale / v_scale the global scale; vLLM's page holds the same
+     * bytes per (token, KV head), its V scales swizzled across 4 tokens, hence D a multiple of 64. */
+    [VT_DTYPE_NVFP4] = {.id = VT_DTYPE_NVFP4, .name = "nvfp4", .flags = NAMES("nvfp4"), NVFP4_ROW,
+                        .slot = &vt_slot_nvfp4},
+    [VT_DTYPE_NVFP4_4OVER6] = {.id = VT_DTYPE_NVFP4_4OVER6, .name = "nvfp4_4over6", .flags = NAMES("nvfp4_4over6"),
+                               NVFP4_ROW, .slot = &vt_slot_nvfp4_4over6},
 };
 
 static long long pow2_divisor(long long d) { return d > 0 ? d & -d : 0; }

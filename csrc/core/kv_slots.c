@@ -24,6 +24,10 @@ static vt_status check_cache(const vt_tq_cache *c, const char *fn, vt_error *err
                             "kv_cache_dtype '%s'; got %lld", fn, t->rope_block, (long long)c->head_size, t->name,
                             (long long)c->rope_dim);
     if (!c->data) return vt_error_set(err, VT_ERR_VALUE, "%s: kv_cache must not be NULL", fn);
+    if (t->global_scale && (!vt_scale_ok(c->k_scale) || !vt_scale_ok(c->v_scale)))
+        return vt_error_set(err, VT_ERR_VALUE, "%s: k_scale and v_scale must be finite and > 0 for kv_cache_dtype "
+                            "'%s' (its global scales); got %g, %g", fn, t->name, (double)c->k_scale,
+                            (double)c->v_scale);
     if (t->slot->needs_codebook(t) && (!c->centroids || !c->midpoints))
         return vt_error_set(err, VT_ERR_VALUE, "%s: the codebook (centroids, midpoints) must be given for "
                             "kv_cache_dtype '%s'", fn, t->name);

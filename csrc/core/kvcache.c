@@ -175,6 +175,10 @@ vt_status vt_kv_cache_set_scales(vt_kv_cache *c, vt_kv_scale_mode k_mode, const 
                                                    : -1;
         if (n < 0)
             return vt_error_set(err, VT_ERR_VALUE, "%s: %s mode must be 0, 1 or 2; got %d", fn, names[s], (int)mode[s]);
+        const vt_dtype_info *row = vt_dtype_get(c->cfg.dtype);
+        if (mode[s] == VT_KV_SCALE_HEAD && row->global_scale)
+            return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be one number or one per layer for kv_cache_dtype '%s' "
+                                "(its global scale is per tensor); got one per KV head", fn, names[s], row->name);
         for (int64_t i = 0; i < n; i++)
             if (!vt_scale_ok(src[s][i]))
                 return vt_error_set(err, VT_ERR_VALUE, "%s: %s must be finite and > 0; got %g at flat index %lld", fn,
@@ -265,6 +269,8 @@ static vt_tq_cache slot_cache(const vt_kv_cache *c, int64_t layer) {
     t.data = d.base;
     t.stride_block = d.stride_block, t.stride_pos = d.stride_slot, t.stride_head = d.stride_head;
     if (c->has_codebook) t.centroids = c->centroids, t.midpoints = c->midpoints;
+    /* a global-scale row's scales are per tensor or layer (vt_kv_cache_set_scales): head 0's is the layer's */
+    t.k_scale = c->k_scale[layer * c->cfg.num_kv_heads], t.v_scale = c->v_scale[layer * c->cfg.num_kv_heads];
     return t;
 }
 

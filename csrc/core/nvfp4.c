@@ -5,6 +5,7 @@
 
 #include "vt_internal.h"
 #include "vtinfer/codec.h"
+#include "vtinfer/turboquant.h"
 
 #define NV_GROUP 16
 
@@ -118,12 +119,8 @@ vt_status vt_nvfp4_quantize(const void *src, vt_dtype src_dtype, size_t n, float
     return VT_OK;
 }
 
-vt_status vt_nvfp4_dequantize(const uint8_t *codes, const uint8_t *block_scales, size_t n, float scale, float *dst,
-                              vt_error *err) {
-    static const char fn[] = "vt_nvfp4_dequantize";
-    vt_error_clear(err);
-    vt_status s = check(fn, n, scale, codes && block_scales && dst, err);
-    if (s != VT_OK) return s;
+/* codes [n / 2] and block scales [n / 16] -> (E2M1 value * block scale) * scale, n float32 values. */
+static void dequant(const uint8_t *codes, const uint8_t *block_scales, size_t n, float scale, float *dst) {
     for (size_t g = 0; g < n / NV_GROUP; g++) {
         const float sf = vt_fp8_e4m3_to_f32(block_scales[g]);
         const uint8_t *c = codes + g * (NV_GROUP / 2);
@@ -133,8 +130,67 @@ vt_status vt_nvfp4_dequantize(const uint8_t *codes, const uint8_t *block_scales,
             o[2 * i + 1] = e2m1_value(c[i] >> 4) * sf * scale;
         }
     }
+}
+
+vt_status vt_nvfp4_dequantize(const uint8_t *codes, const uint8_t *block_scales, size_t n, float scale, float *dst,
+                              vt_error *err) {
+    static const char fn[] = "vt_nvfp4_dequantize";
+    vt_error_clear(err);
+    vt_status s = check(fn, n, scale, codes && block_scales && dst, err);
+    if (s != VT_OK) return s;
+    dequant(codes, block_scales, n, scale, dst);
     return VT_OK;
 }
+
+/* ---- The slot codec (PagedKVCache's nvfp4 / nvfp4_4over6: page_layout VT_PAGE_SLOTS) ----
+ * One slot per (token, KV head), D + D / 8 bytes: [K codes D / 2 | K scales D / 16 | V codes D / 2 | V scales D / 16],
+ * each side the rule above with the layer's global scale (c->k_scale, c->v_scale); the scales in element order
+ * (vLLM's page swizzles its V scales across 4 tokens; a slot holds one token). The loops and checks are
+ * kv_slots.c's. */
+
+static size_t nv_slot_bytes(const vt_dtype_info *t, size_t d, size_t rope_dim) {
+    (void)t, (void)rope_dim;
+    return d + d / 8;
+}
+
+static int nv_needs_codebook(const vt_dtype_info *t) {
+    (void)t;
+    return 0;
+}
+
+static void nv_store_side(const float *x, int64_t d, float scale, int four_over_six, uint8_t *dst) {
+    for (int64_t g = 0; g < d / NV_GROUP; g++)
+        vt_nvfp4_quantize_group(x + g * NV_GROUP, scale, four_over_six, dst + g * (NV_GROUP / 2), dst + d / 2 + g);
+}
+
+static void nv_store(const vt_tq_cache *c, const vt_dtype_info *t, const float *k, const float *v, uint8_t *slot) {
+    (void)t;
+    const int64_t d = c->head_size;
+    nv_store_side(k, d, c->k_scale, 0, slot);
+    nv_store_side(v, d, c->v_scale, 0, slot + d / 2 + d / 16);
+}
+
+static void nv_store_4over6(const vt_tq_cache *c, const vt_dtype_info *t, const float *k, const float *v,
+                            uint8_t *slot) {
+    (void)t;
+    const int64_t d = c->head_size;
+    nv_store_side(k, d, c->k_scale, 1, slot);
+    nv_store_side(v, d, c->v_scale, 1, slot + d / 2 + d / 16);
+}
+
+static void nv_read(const vt_tq_cache *c, const vt_dtype_info *t, const uint8_t *slot, float *k, float *v) {
+    (void)t;
+    const int64_t d = c->head_size;
+    dequant(slot, slot + d / 2, (size_t)d, c->k_scale, k);
+    dequant(slot + d / 2 + d / 16, slot + d + d / 16, (size_t)d, c->v_scale, v);
+}
+
+const vt_slot_codec vt_slot_nvfp4 = {
+    .slot_bytes = nv_slot_bytes, .needs_codebook = nv_needs_codebook, .store = nv_store, .read = nv_read,
+};
+const vt_slot_codec vt_slot_nvfp4_4over6 = {
+    .slot_bytes = nv_slot_bytes, .needs_codebook = nv_needs_codebook, .store = nv_store_4over6, .read = nv_read,
+};
 
 /* ---- vLLM's NVFP4 pages ---- */
 
@@ -142,11 +198,13 @@ static vt_status check_pages(const vt_nvfp4_pages *c, const char *fn, vt_error *
     if (!c || !c->k || !c->v)
         return vt_error_set(err, VT_ERR_VALUE, "%s: the pages and both sides must be non-NULL", fn);
     const int64_t d = c->head_size, bs = c->block_size, h = c->num_kv_heads;
-    if (d < 64 || d % 64 || d > 65536 || bs < 4 || bs % 4 || bs > 65536 || h < 1 || h > 65536 || c->num_blocks < 0)
-        return vt_error_set(err, VT_ERR_VALUE, "%s: NVFP4 pages need a head size that is a multiple of 64, a block "
-                            "size that is a multiple of 4 (the V scales' 4-token swizzle) and at least one KV head; "
-                            "got head size %lld, block size %lld, %lld heads", fn, (long long)d, (long long)bs,
-                            (long long)h);
+    /* the head size: the table row's rule (nvfp4 and nvfp4_4over6 share it) */
+    vt_status gst = vt_dtype_check_head_size(VT_DTYPE_NVFP4, d, fn, "head_size", NULL, err);
+    if (gst != VT_OK) return gst;
+    if (bs < 4 || bs % 4 || bs > 65536 || h < 1 || h > 65536 || c->num_blocks < 0)
+        return vt_error_set(err, VT_ERR_VALUE, "%s: NVFP4 pages need a block size that is a multiple of 4 (the V "
+                            "scales' 4-token swizzle) and at least one KV head; got block size %lld, %lld heads", fn,
+                            (long long)bs, (long long)h);
     const int64_t side = h * bs * (d / 2 + d / 16);
     if (c->num_blocks > 1 && c->page_stride < side)
         return vt_error_set(err, VT_ERR_VALUE, "%s: the page stride %lld is below one side's %lld bytes", fn,

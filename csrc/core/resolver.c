@@ -28,10 +28,7 @@ static const vllm_kv_dtype vllm_kv_cache_dtypes[] = {
     {"octave_k3v4", NULL}, {"octave_k3v3", NULL}, {"octave_k3v3_compact", NULL},
     {"ultraquant_4bit", NULL},
     {"int4_per_token_head", NULL}, {"int8_per_token_head", NULL}, {"fp8_per_token_head", NULL},
-    {"nvfp4", "NVFP4 (FP4 E2M1 codes, e4m3 scales per 16 elements, a global scale; stored on vLLM's pages by the "
-              "functional forms)"},
-    {"nvfp4_4over6", "NVFP4 with a max/6 or max/4 scale per 16 elements chosen by least squared error (on vLLM's "
-                     "pages by the functional forms)"},
+    {"nvfp4", NULL}, {"nvfp4_4over6", NULL},
 };
 #define N_VLLM_DTYPES (sizeof vllm_kv_cache_dtypes / sizeof vllm_kv_cache_dtypes[0])
 

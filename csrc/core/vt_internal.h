@@ -114,7 +114,7 @@ const vt_kernels *vt_kernels_active(void);
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16);
 
 /* A slot format (page_layout VT_PAGE_SLOTS): what its row's `slot` points to. kv_slots.c runs the checks and
- * the loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c, kv_store_octave.c) supplies
+ * the loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c, kv_store_octave.c, nvfp4.c) supplies
  * these. k and v are one head's float32 rows of c->head_size elements. slot_bytes is called with a rope_dim the
  * row's rope_block admits (vt_dtype_slot_bytes_rope checks it first); rows without one ignore it. */
 struct vt_tq_cache;
@@ -133,7 +133,7 @@ typedef struct vt_slot_codec {
     void (*attn_query)(const vt_dtype_info *t, float *q, int64_t d);
     void (*attn_output)(const vt_dtype_info *t, float *o, int64_t d);
 } vt_slot_codec;
-extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant, vt_slot_octave;
+extern const vt_slot_codec vt_slot_turboquant, vt_slot_ultraquant, vt_slot_octave, vt_slot_nvfp4, vt_slot_nvfp4_4over6;
 /* vt_tq_store / vt_tq_gather with the caller's name (fn) heading each message: the functional forms say
  * turboquant_store / turboquant_gather, the paged cache PagedKVCache.store / PagedKVCache.gather. */
 vt_status vt_tq_store_named(const char *fn, const struct vt_tq_cache *c, int src_dtype, const void *key,

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "vtinfer/codec.h"
 #include "vtinfer/runtime.h"
+#include "vtinfer/turboquant.h"
 
 static const float MAG[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
@@ -134,11 +135,43 @@ static void test_pages(int hnd) {
     free(cache);
 }
 
+/* The nvfp4 row as a slot format on a caller's slot cache (vt_tq_store / vt_tq_gather): each half of the slot is
+ * the group codec at that half's global scale; a global scale that is not finite and > 0 is refused, nothing
+ * written. */
+static void test_slots(void) {
+    enum { SD = 64, SNB = 2, SBS = 4, SH = 1, SLOT = SD + SD / 8 };
+    static uint8_t slots_cache[SNB * SBS * SH * SLOT];
+    float key[SD], value[SD], kout[SD], vout[SD], want[SD];
+    for (int i = 0; i < SD; i++) key[i] = uniform_pm(3.0f), value[i] = uniform_pm(0.1f);
+    vt_tq_cache c = {.dtype = VT_DTYPE_NVFP4, .num_blocks = SNB, .block_size = SBS, .num_kv_heads = SH,
+                     .head_size = SD, .data = slots_cache, .stride_block = SBS * SH * SLOT, .stride_pos = SH * SLOT,
+                     .stride_head = SLOT, .k_scale = 0.25f, .v_scale = 0.0f};
+    const int64_t slot[1] = {5};
+    vt_error err;
+    CHECK(vt_tq_store(&c, VT_DTYPE_F32, key, SD * 4, SD * 4, value, SD * 4, SD * 4, slot, 1, &err) == VT_ERR_VALUE,
+          "v_scale 0 is refused");
+    for (size_t i = 0; i < sizeof slots_cache; i++) CHECK(slots_cache[i] == 0, "a refused store wrote byte %zu", i);
+    c.v_scale = 4.0f;
+    CHECK(vt_tq_store(&c, VT_DTYPE_F32, key, SD * 4, SD * 4, value, SD * 4, SD * 4, slot, 1, &err) == VT_OK, "store");
+    CHECK(vt_tq_gather(&c, slot, 1, kout, vout, 1, &err) == VT_OK, "gather");
+    uint8_t codes[SD / 2], sf[SD / 16];
+    const uint8_t *s = slots_cache + 5 * SLOT;
+    for (int half = 0; half < 2; half++) {
+        const float *x = half ? value : key, sc = half ? 4.0f : 0.25f;
+        for (int g = 0; g < SD / 16; g++) vt_nvfp4_quantize_group(x + 16 * g, sc, 0, codes + 8 * g, sf + g);
+        const uint8_t *h = s + half * (SD / 2 + SD / 16);
+        CHECK(!memcmp(h, codes, sizeof codes) && !memcmp(h + SD / 2, sf, sizeof sf), "slot half %d bytes", half);
+        CHECK(vt_nvfp4_dequantize(codes, sf, SD, sc, want, &err) == VT_OK, "dequantize");
+        CHECK(!memcmp(half ? vout : kout, want, sizeof want), "slot half %d read", half);
+    }
+}
+
 int main(void) {
     vt_error err;
     if (vt_runtime_init(NULL, &err) != VT_OK) return 1;
     test_group_rule();
     test_pages(1);
     test_pages(0);
-    return finish("test_nvfp4", "group rule, pages (HND, NHD), refusals ok");
+    test_slots();
+    return finish("test_nvfp4", "group rule, pages (HND, NHD), slots, refusals ok");
 }

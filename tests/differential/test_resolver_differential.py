@@ -207,7 +207,7 @@ def test_every_vllm_value_is_stored_or_refused_with_the_cpu_reason(vllm_resolver
     stored = {x for x in vt.VLLM_KV_CACHE_DTYPES if x in vt.KV_CACHE_DTYPES}
     refused = set(vt.KV_CACHE_DTYPES_NOT_STORED)
     assert not stored & refused and stored | refused == set(vt.VLLM_KV_CACHE_DTYPES)
-    assert refused == {"fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "nvfp4", "nvfp4_4over6"}
+    assert refused == {"fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla"}
     cpu_attn = vllm_source.read("vllm/v1/attention/backends/cpu_attn.py")
     accepted = cpu_attn[cpu_attn.index("supported_kv_cache_dtypes"):cpu_attn.index("def get_supported_kernel")]
     for name, why in vt.KV_CACHE_DTYPES_NOT_STORED.items():
@@ -226,6 +226,19 @@ def test_plan_kv_cache_names_why_a_vllm_value_is_not_stored(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 2,
                                                       "num_key_value_heads": 1, "hidden_size": 64,
                                                       "torch_dtype": "bfloat16"}))
-    with pytest.raises(NotImplementedError, match="plan_kv_cache: vtinfer cannot store kv_cache_dtype 'nvfp4'") as e:
-        vt.plan_kv_cache(tmp_path, "nvfp4", 16, num_blocks=1)
-    assert vt.KV_CACHE_DTYPES_NOT_STORED["nvfp4"] in str(e.value)
+    with pytest.raises(NotImplementedError, match="plan_kv_cache: vtinfer cannot store kv_cache_dtype 'fp8_inc'") as e:
+        vt.plan_kv_cache(tmp_path, "fp8_inc", 16, num_blocks=1)
+    assert vt.KV_CACHE_DTYPES_NOT_STORED["fp8_inc"] in str(e.value)
+
+
+def test_plan_kv_cache_sizes_nvfp4_as_vllm_pages(tmp_path):
+    """vLLM's NVFP4 page per layer is 2 * H_kv * block_size * (D / 2 + D / 16) bytes, every layer quantized: the
+    plan (a slot row of the table: one D + D / 8 byte slot per (token, KV head)) says the same."""
+    import vtinfer as vt
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 3, "num_attention_heads": 4,
+                                                      "num_key_value_heads": 2, "hidden_size": 256,
+                                                      "torch_dtype": "bfloat16"}))
+    for name in vt.NVFP4_DTYPES:
+        plan = vt.plan_kv_cache(tmp_path, name, 16, num_blocks=1)
+        assert plan.bytes_per_block == 3 * 2 * 2 * 16 * (64 // 2 + 64 // 16), (name, plan)

@@ -158,10 +158,14 @@ def test_refused_dtypes_name_vtinfer(vllm_installed):
     from vtinfer.vllm import layout
     from vtinfer.vllm.impl import VtinferAttentionImpl
 
-    for kv in ("nvfp4", "fp8_ds_mla", "fp8_inc"):
+    for kv in ("fp8_ds_mla", "fp8_inc"):
         with pytest.raises(NotImplementedError, match="vtinfer attention backend: kv_cache_dtype must be one of") as e:
             VtinferAttentionImpl(4, 64, 0.125, 2, None, None, kv)
         assert vt.KV_CACHE_DTYPES_NOT_STORED[kv] in str(e.value)  # what the format is, vLLM's CPU error
+        assert kv not in layout.supported_kv_cache_dtypes()
+    for kv in vt.NVFP4_DTYPES:  # stored by vtinfer, not served by its backend inside vLLM
+        with pytest.raises(NotImplementedError, match="its backend does not serve it inside vLLM yet"):
+            VtinferAttentionImpl(4, 64, 0.125, 2, None, None, kv)
         assert kv not in layout.supported_kv_cache_dtypes()
     with pytest.raises(NotImplementedError, match="vtinfer attention backend: attention type must be decoder"):
         VtinferAttentionImpl(4, 64, 0.125, 2, None, None, "auto", attn_type="encoder_only")

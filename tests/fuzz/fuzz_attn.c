@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const vt_dtype kv_dtypes[] = {VT_DTYPE_F32,       VT_DTYPE_F16,        VT_DTYPE_BF16,
                                      VT_DTYPE_FP8_E4M3,  VT_DTYPE_FP8_E5M2,   VT_DTYPE_TQ_K8V4,
                                      VT_DTYPE_TQ_4BIT_NC, VT_DTYPE_TQ_3BIT_NC, VT_DTYPE_UQ_4BIT,
-                                     VT_DTYPE_OCT_K3V4,  VT_DTYPE_OCT_K3V3_COMPACT};
+                                     VT_DTYPE_OCT_K3V4,  VT_DTYPE_OCT_K3V3_COMPACT, VT_DTYPE_NVFP4};
 #define N_KV ((int)(sizeof kv_dtypes / sizeof kv_dtypes[0]))
 static const vt_dtype q_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16};
 

@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const vt_dtype cache_dtypes[] = {VT_DTYPE_F32,      VT_DTYPE_F16,      VT_DTYPE_BF16,
                                         VT_DTYPE_FP8_E4M3, VT_DTYPE_FP8_E5M2, VT_DTYPE_INT8_PTH,
                                         VT_DTYPE_FP8_PTH,  VT_DTYPE_INT4_PTH, VT_DTYPE_TQ_K8V4,
-                                        VT_DTYPE_UQ_4BIT,  VT_DTYPE_OCT_K3V4, VT_DTYPE_OCT_K3V3_COMPACT};
+                                        VT_DTYPE_UQ_4BIT,  VT_DTYPE_OCT_K3V4, VT_DTYPE_OCT_K3V3_COMPACT,
+                                        VT_DTYPE_NVFP4,    VT_DTYPE_NVFP4_4OVER6};
 static const vt_dtype src_dtypes[] = {VT_DTYPE_F32, VT_DTYPE_F16, VT_DTYPE_BF16};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -161,7 +161,17 @@ def test_geometry_the_swizzle_cannot_take_is_refused():
 
 def test_overlapping_sides_are_refused():
     kv, kc, _ = vllm_cache(2, 16, 2, 128, True)
+    shifted = kv.transpose(0, 2, 1, 3)[:, :, 1:3]  # heads 1 and 2: overlaps K's head 1
     with pytest.raises(ValueError, match="overlap"):
+        vt.reshape_and_cache_flash(np.ones((1, 2, 128), np.float32), np.ones((1, 2, 128), np.float32), kc, shifted,
+                                   np.zeros(1, np.int64), "nvfp4", 1.0, 1.0)
+
+
+def test_one_side_view_as_both_caches_is_read_as_a_slot_cache():
+    """K's side view given as both caches names one slot cache (as PagedKVCache holds NVFP4), whose slot is
+    D + D / 8 bytes: the refusal says so."""
+    kv, kc, _ = vllm_cache(2, 16, 2, 128, True)
+    with pytest.raises(ValueError, match=r"kv_cache must have shape \[num_blocks, block_size, 2, 144\]"):
         vt.reshape_and_cache_flash(np.ones((1, 2, 128), np.float32), np.ones((1, 2, 128), np.float32), kc, kc,
                                    np.zeros(1, np.int64), "nvfp4", 1.0, 1.0)
 

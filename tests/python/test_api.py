@@ -34,10 +34,13 @@ def test_dtype_lists_come_from_the_table():
     names = [d.name for d in vt.DTYPES]
     assert names == ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head",
                      "int4_per_token_head", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
-                     "turboquant_3bit_nc", "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact"]
+                     "turboquant_3bit_nc", "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
+                     "nvfp4", "nvfp4_4over6"]
     assert vt.TURBOQUANT_DTYPES == tuple(names[8:12])
     assert vt.SLOT_DTYPES == tuple(names[8:]) and {d.family for d in vt.DTYPES if d.name in vt.SLOT_DTYPES} == {
-        "turboquant", "ultraquant", "octave"}
+        "turboquant", "ultraquant", "octave", "nvfp4"}
+    # NVFP4 is a family of the table, and the one whose slot codes also take the layer's global scale
+    assert vt.NVFP4_DTYPES == ("nvfp4", "nvfp4_4over6") == tuple(d.name for d in vt.DTYPES if d.global_scale)
     # the slot read's K basis, vLLM's boundary layers and the rope-dependent layout are row fields
     assert [d.name for d in vt.DTYPES if d.key_basis == "hadamard"] == names[9:13]
     assert [d.name for d in vt.DTYPES if d.boundary_layers] == names[8:13]

@@ -386,7 +386,9 @@ class Session:
         # the slot formats (turboquant_*, ultraquant_4bit, octave_*): one uint8 slot cache per quantized layer
         # (vt.turboquant_store / turboquant_attention); vLLM's boundary layers (the row's boundary_layers), and the
         # paged cache below, stay float32; every head dim is rotary here (the decoder's RoPE)
-        self.turboquant = kv_cache_dtype if kv_cache_dtype in vt.SLOT_DTYPES else None
+        # (NVFP4, a slot format of PagedKVCache, runs below on vLLM's own pages instead)
+        self.turboquant = (kv_cache_dtype if kv_cache_dtype in vt.SLOT_DTYPES and kv_cache_dtype not in
+                           vt.NVFP4_DTYPES else None)
         if turboquant_prefill == "vllm" and self.turboquant and self.turboquant not in vt.TURBOQUANT_DTYPES:
             raise NotImplementedError(f"Session: turboquant_prefill='vllm' models TurboQuant's prefill rules; "
                                       f"{self.turboquant}'s own (vLLM's UltraQuantAttentionImpl) are not modelled: "

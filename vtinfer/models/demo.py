@@ -155,14 +155,11 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
     ]
     # vLLM 0.33's per-token-head formats: scales computed at store, one per (token, KV head)
     runs_spec += [(name, "per-token-head", 1.0, 1.0) for name in vt.PER_TOKEN_HEAD_DTYPES]
-    # vLLM 0.33's slot formats (the TurboQuant presets, UltraQuant, Octave) that take the model's head size: scales
-    # inside each (token, KV head) slot; TurboQuant's and UltraQuant's boundary layers unquantized
-    runs_spec += [(name, "in-slot", 1.0, 1.0) for name in vt.SLOT_DTYPES
+    # vLLM 0.33's slot formats (the TurboQuant presets, UltraQuant, Octave, NVFP4) that take the model's head size:
+    # scales inside each (token, KV head) slot; TurboQuant's and UltraQuant's boundary layers unquantized; NVFP4's
+    # global scale 1.0 (vLLM's default without a checkpoint k_scale), on vLLM's own pages
+    runs_spec += [(name, "1.0" if vt.dtype_info(name).global_scale else "in-slot", 1.0, 1.0) for name in vt.SLOT_DTYPES
                   if vt.dtype_info(name).head_size_error(model.config.head_dim) is None]
-    # vLLM 0.33's NVFP4 pages: e4m3 block scales per 16 values inside each page, global scale 1.0 (vLLM's default
-    # without a checkpoint k_scale); every layer quantized
-    if model.config.head_dim % 64 == 0:
-        runs_spec += [(name, "1.0", 1.0, 1.0) for name in vt.NVFP4_DTYPES]
     samples: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def keep(layer: int, k: np.ndarray, v: np.ndarray) -> None:
@@ -186,9 +183,6 @@ def run_demo(model_dir: str | None = None, *, eval_tokens: int = 512, gen_tokens
         acc = compare(ref_logits, logits)
         if dtype in vt.SLOT_DTYPES:  # slot layers plus vLLM's boundary layers at the checkpoint dtype
             sess_bytes = vt.plan_kv_cache(mdir, dtype, 16, num_blocks=1).bytes_per_block // 16
-        elif dtype in vt.NVFP4_DTYPES:  # D / 2 code bytes and D / 16 scale bytes per (token, KV head), K and V
-            c = model.config
-            sess_bytes = c.num_layers * 2 * c.num_kv_heads * (c.head_dim // 2 + c.head_dim // 16)
         else:
             sess_bytes = vt.PagedKVCache(num_layers=model.config.num_layers, num_blocks=1, block_size=16,
                                          num_kv_heads=model.config.num_kv_heads, head_size=model.config.head_dim,

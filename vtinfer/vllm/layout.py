@@ -32,7 +32,7 @@ def family(kv_cache_dtype: str) -> str:
     """``"plain"``, ``"fp8"``, ``"per_token_head"`` or ``"turboquant"``, from vtinfer's dtype table.
 
     Raises NotImplementedError naming vtinfer for a vLLM dtype vtinfer does
-    not store (``fp8_inc``, ``nvfp4*``, ``ultraquant_4bit``, MLA formats).
+    not store (``fp8_inc``, MLA formats) or its backend does not serve (``nvfp4``, ``nvfp4_4over6``).
     """
     if kv_cache_dtype == "auto":
         return "plain"
@@ -43,6 +43,12 @@ def family(kv_cache_dtype: str) -> str:
             f"got {kv_cache_dtype!r} (vtinfer has no kernels for it{': ' + why if why else ''}; unset VTINFER_VLLM "
             "to use vLLM's own backend)")
     info = vt.dtype_info(kv_cache_dtype)
+    if info.global_scale:
+        raise NotImplementedError(
+            f"vtinfer attention backend: kv_cache_dtype must be one of {', '.join(supported_kv_cache_dtypes())}; "
+            f"got {kv_cache_dtype!r} (vtinfer stores it in PagedKVCache and on vLLM's NVFP4 pages through the "
+            "functional forms, but its backend does not serve it inside vLLM yet; unset VTINFER_VLLM to use vLLM's "
+            "own backend)")
     if kv_cache_dtype in vt.SLOT_DTYPES:  # TurboQuant and UltraQuant: one slot cache, vt.turboquant_*
         return "turboquant"
     if kv_cache_dtype in vt.PER_TOKEN_HEAD_DTYPES:
@@ -51,11 +57,13 @@ def family(kv_cache_dtype: str) -> str:
 
 
 def supported_kv_cache_dtypes() -> list[str]:
-    """The ``--kv-cache-dtype`` values vLLM 0.32 names and vtinfer stores, in vLLM's order."""
+    """The ``--kv-cache-dtype`` values vLLM 0.32 names and vtinfer's backend serves, in vLLM's order (every format
+    vtinfer stores but NVFP4's two)."""
     from vllm.config.cache import CacheDType
     from typing import get_args
 
-    return [d for d in get_args(CacheDType) if d == "auto" or d in vt.KV_CACHE_DTYPES]
+    return [d for d in get_args(CacheDType)
+            if d == "auto" or (d in vt.KV_CACHE_DTYPES and not vt.dtype_info(d).global_scale)]
 
 
 def content_bytes(kv_cache_dtype: str, head_size: int, head_size_v: int, elem_size: int) -> int | None:

@@ -7,7 +7,8 @@
 #include <string.h>
 
 const char *vt_elem_name(vt_elem e) {
-    const vt_dtype_info *d = (int)e < VT_DTYPE_COUNT ? vt_dtype_get((int)e) : NULL;
+    /* the elements up to e5m2 are dtype rows; the others (U8, I32, ..) are not, whatever the table's length */
+    const vt_dtype_info *d = (int)e >= 0 && e <= VT_ELEM_E5M2 ? vt_dtype_get((int)e) : NULL;
     if (d) return d->numpy_name;
     switch (e) {
     case VT_ELEM_U8: return "uint8";

@@ -37,7 +37,12 @@ typedef enum vt_dtype {
     VT_DTYPE_OCT_K3V4 = 13,         /* octave_k3v4: K 4-bit on the rotary dims, 3-bit on the rest; V 4-bit */
     VT_DTYPE_OCT_K3V3 = 14,         /* octave_k3v3: as k3v4 with 3-bit V */
     VT_DTYPE_OCT_K3V3_COMPACT = 15, /* octave_k3v3_compact: K 3-bit rotated whole (one scale), V 3-bit */
-    VT_DTYPE_COUNT = 16
+    /* vLLM 0.33 NVFP4: FP4 E2M1 codes, an e4m3 scale per 16 elements and a global scale per layer (the layer's
+     * k_scale / v_scale); PagedKVCache keeps one slot per (token, KV head) [K codes | K scales | V codes | V scales],
+     * the bytes of vLLM's page (csrc/core/nvfp4.c) */
+    VT_DTYPE_NVFP4 = 16,         /* nvfp4: the scale per 16 elements is max / 6 */
+    VT_DTYPE_NVFP4_4OVER6 = 17,  /* nvfp4_4over6: max / 6 or max / 4, the one with the smaller squared error */
+    VT_DTYPE_COUNT = 18
 } vt_dtype;
 
 /* How a dtype's values are scaled. */
@@ -56,7 +61,7 @@ typedef enum vt_page_layout {
                               * scale plane for each of K and V (vLLM keeps the same bytes inline, after
                               * each head's codes: page bytes are equal) */
     VT_PAGE_SLOTS = 2        /* one uint8 [num_blocks, block_size, num_kv_heads, slot_bytes] cache, K and V together
-                              * (TurboQuant, UltraQuant; vt_dtype_slot_bytes) */
+                              * (TurboQuant, UltraQuant, Octave, NVFP4; vt_dtype_slot_bytes) */
 } vt_page_layout;
 
 /* Which attention tile family reads a dtype's pages (each ISA has one tile per family; the kernel table maps
@@ -130,6 +135,9 @@ typedef struct vt_dtype_info {
     int boundary_layers;       /* vLLM keeps the first and last min(boundary_layers, num_layers / 2) attention
                                 * layers of a dense model at the model dtype with this format (EngineArgs'
                                 * packed-KV rule: TurboQuant, UltraQuant); 0: none */
+    int global_scale;          /* 1: a slot format whose codes are also scaled by the layer's K / V scale (NVFP4's
+                                * global scale, the checkpoint's k_scale / v_scale: one per tensor or layer, finite
+                                * and > 0; vt_tq_cache.k_scale / v_scale); 0: the slot holds every scale */
 } vt_dtype_info;
 
 /* Bytes of one stored head row of head_size elements (head_size * elem_bits / 8). */

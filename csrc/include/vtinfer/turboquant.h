@@ -1,7 +1,7 @@
 /* vtinfer public C API: vLLM 0.33's slot KV formats (the rows of page_layout VT_PAGE_SLOTS: TurboQuant's
- * turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc; UltraQuant; Octave): the store
- * and the dequantized read of one packed slot cache. The TurboQuant rules are below; UltraQuant's and Octave's
- * open their files (csrc/core/kv_store_uq.c, kv_store_octave.c).
+ * turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc; UltraQuant; Octave; NVFP4): the
+ * store and the dequantized read of one packed slot cache. The TurboQuant rules are below; UltraQuant's, Octave's
+ * and NVFP4's open their files (csrc/core/kv_store_uq.c, kv_store_octave.c, nvfp4.c).
  *
  * One uint8 slot of vt_dtype_slot_bytes(dtype, D) bytes per (token, KV head), at
  *   cache + block * stride_block + pos * stride_pos + head * stride_head
@@ -45,6 +45,8 @@ typedef struct vt_tq_cache {
     int64_t rope_dim;            /* rows with rope_block > 0 (Octave): the model's rotary dims, a multiple of
                                   * rope_block in [0, head_size], which place the 4-bit K codes and size the slot
                                   * (vt_dtype_slot_bytes_rope); other rows ignore it */
+    float k_scale, v_scale;      /* rows with global_scale (NVFP4): the layer's K and V scales, finite and > 0;
+                                  * other rows ignore them */
 } vt_tq_cache;
 
 /* Store num_tokens tokens: key / value [num_tokens, num_kv_heads, head_size] of src_dtype (float32,
