@@ -113,8 +113,8 @@ const vt_kernels *vt_kernels_active(void);
  * other feature rows as the CPU has them (so a test checks both); NULL for an isa this build has no table for. */
 const vt_kernels *vt_kernels_table(vt_isa isa, int avx512bf16);
 
-/* A slot format (page_layout VT_PAGE_SLOTS): what its row's `slot` points to. kv_slots.c runs the checks and
- * the loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c, kv_store_octave.c, nvfp4.c) supplies
+/* A slot format (page_layout VT_PAGE_SLOTS): what its row's `slot` points to. kv_slots.c runs the checks and the
+ * loops over tokens and heads; the format's file (kv_store_tq.c, kv_store_uq.c, kv_store_octave.c, nvfp4.c) supplies
  * these. k and v are one head's float32 rows of c->head_size elements. slot_bytes is called with a rope_dim the
  * row's rope_block admits (vt_dtype_slot_bytes_rope checks it first); rows without one ignore it. */
 struct vt_tq_cache;

@@ -94,11 +94,12 @@ typedef struct vt_kv_cache_config {
     int64_t rope_dim;
 } vt_kv_cache_config;
 /* A slot format (page_layout VT_PAGE_SLOTS: TurboQuant, UltraQuant, Octave, NVFP4) holds one uint8 slot cache per
- * layer, K and V together (NVFP4's codes also take the layer's k_scale / v_scale, one per tensor or layer): [num_blocks, block_size, num_kv_heads, slot_bytes] (NHD) or [num_blocks, num_kv_heads,
- * block_size, slot_bytes] (HND), row_bytes = the slot bytes; vt_kv_cache_layer_data gives the same storage for K
- * (which 0) and V (1), page_bytes = num_layers * block_size * num_kv_heads * slot_bytes. Its store and gather are
- * vt_tq_store / vt_tq_gather on that storage (the MSE presets of TurboQuant need the caller's codebook, which the
- * cache does not hold: vt_kv_cache_store / gather refuse them; store through vt_tq_store). */
+ * layer, K and V together (NVFP4's codes also take the layer's k_scale / v_scale, one per tensor or layer):
+ * [num_blocks, block_size, num_kv_heads, slot_bytes] (NHD) or [num_blocks, num_kv_heads, block_size, slot_bytes]
+ * (HND), row_bytes = the slot bytes; vt_kv_cache_layer_data gives the same storage for K (which 0) and V (1),
+ * page_bytes = num_layers * block_size * num_kv_heads * slot_bytes. Its store and gather are vt_tq_store /
+ * vt_tq_gather on that storage (the MSE presets of TurboQuant need the caller's codebook, which the cache does not
+ * hold: vt_kv_cache_store / gather refuse them; store through vt_tq_store). */
 
 /* Scale shapes. */
 typedef enum vt_kv_scale_mode {
