@@ -15,7 +15,9 @@ every key). ``--slots`` adds the slot formats turboquant_k8v4,
 ultraquant_4bit and octave_k3v4 (vt.turboquant_store into one uint8 slot cache, read by
 vt.turboquant_attention: chunks of slots decoded into float32 rows under the
 float32 tile); ``--dtypes`` runs the formats it names instead (any of the
-above and the other TurboQuant presets). ``--ggml`` adds ggml's CPU flash attention
+above, the other TurboQuant presets, nvfp4 / nvfp4_4over6 as slot caches, and
+``nvfp4_pages``: nvfp4 on vLLM's two page side views, whose read dequantizes
+the referenced blocks and then runs the float32 attention). ``--ggml`` adds ggml's CPU flash attention
 (``ggml_flash_attn_ext``) over the same K / V values as f16, q8_0 and q4_0,
 contiguous (ggml has no pages), float32 queries, in the same rounds
 (_common.GGML_HOWTO says how to build one). Each round also runs the paged
@@ -47,7 +49,9 @@ DTYPES = ("bfloat16", "fp8_e4m3", "int8_per_token_head", "fp8_per_token_head", "
 INT4 = "int4_per_token_head"
 SLOTS = ("turboquant_k8v4", "ultraquant_4bit", "octave_k3v4")
 # every slot format the bench can read (--dtypes), SLOTS the ones --slots adds
-SLOT_FORMATS = SLOTS + ("turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc")
+SLOT_FORMATS = SLOTS + ("turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "nvfp4", "nvfp4_4over6")
+# nvfp4 on vLLM's own page views (two side views; the read dequantizes the referenced blocks, then float32)
+NVFP4_PAGES = "nvfp4_pages"
 GGML_TYPES = ("f16", "q8_0", "q4_0")
 # bytes of one (token, KV head) code row per D elements, for the paged read probe
 ROW_BYTES = {"bfloat16": 2, "fp8_e4m3": 1, "int8_per_token_head": 1, "fp8_per_token_head": 1,
@@ -64,6 +68,12 @@ def make_readers(dtypes, k, v, nb, BS, Hkv, D, slots, bt, ctx, threads):
             sc = np.zeros((nb, BS, Hkv, vt.turboquant_slot_bytes(dt, D)), np.uint8)
             vt.turboquant_store(k, v, sc, slots, dt)
             readers[dt] = lambda q, sc=sc, dt=dt: vt.turboquant_attention(q, sc, kv_cache_dtype=dt, **kw)
+            continue
+        if dt == NVFP4_PAGES:
+            kv = np.zeros((nb, 2 * Hkv, BS, D // 2 + D // 16), np.uint8).transpose(0, 2, 1, 3)
+            kc, vc = kv[:, :, :Hkv], kv[:, :, Hkv:]
+            vt.reshape_and_cache_flash(k, v, kc, vc, slots, "nvfp4", 1.0, 1.0)
+            readers[dt] = lambda q, kc=kc, vc=vc: vt.flash_attn_varlen_func(q, kc, vc, kv_cache_dtype="nvfp4", **kw)
             continue
         if dt == INT4:  # caller-owned caches: codes [nb, BS, Hkv, D / 2] uint8, scales [nb, BS, Hkv] float32
             kc, vc = (np.zeros((nb, BS, Hkv, D // 2), np.uint8) for _ in range(2))
@@ -101,9 +111,9 @@ def main() -> None:
     dtypes = tuple(d for d in DTYPES if not (a.no_int4 and d == INT4)) + (SLOTS if a.slots else ())
     if a.dtypes:
         dtypes = tuple(a.dtypes.split(","))
-        bad = [d for d in dtypes if d not in DTYPES + SLOT_FORMATS]
+        bad = [d for d in dtypes if d not in DTYPES + SLOT_FORMATS + (NVFP4_PAGES,)]
         if bad:
-            ap.error(f"--dtypes: unknown {bad}; known: {', '.join(DTYPES + SLOT_FORMATS)}")
+            ap.error(f"--dtypes: unknown {bad}; known: {', '.join(DTYPES + SLOT_FORMATS + (NVFP4_PAGES,))}")
     rng = np.random.default_rng(0)
     perm = rng.permutation(nb).astype(np.int32)
     slots = (perm[np.arange(a.ctx) // BS].astype(np.int64) * BS + np.arange(a.ctx) % BS)
