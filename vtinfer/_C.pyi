@@ -73,11 +73,12 @@ class PagedKVCache:
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
 def turboquant_store(
-    key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str, midpoints: Any = None
+    key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str, midpoints: Any = None, *,
+    k_scale: float | None = None, v_scale: float | None = None,
 ) -> None: ...
 def turboquant_gather(
     kv_cache: Any, slots: Any, kv_cache_dtype: str, centroids: Any, k_out: np.ndarray, v_out: np.ndarray, *,
-    num_threads: int | None = None,
+    num_threads: int | None = None, k_scale: float | None = None, v_scale: float | None = None,
 ) -> None: ...
 def turboquant_codebook(kv_cache_dtype: str, head_size: int, /) -> tuple[np.ndarray, np.ndarray] | None: ...
 def nvfp4_store(

@@ -96,6 +96,12 @@ def store(key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: 
         raise ValueError(f"{fn}: layout must be None or 'NHD' for kv_cache_dtype '{kv_cache_dtype}' (slots are "
                          f"[num_blocks, block_size, H_kv, slot_bytes]); got {layout!r}")
     _refuse_given(fn, kv_cache_dtype, SCALES_IN_SLOT, k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+    if dtype_info(kv_cache_dtype).global_scale:  # NVFP4: k_scale / v_scale are the global scales
+        from vtinfer._cache_ops import _scalar
+
+        turboquant_store(key, value, key_cache, slot_mapping, kv_cache_dtype,
+                         k_scale=_scalar(k_scale, fn, "k_scale"), v_scale=_scalar(v_scale, fn, "v_scale"))
+        return
     _unit_scale(k_scale, "k_scale", fn, kv_cache_dtype)
     _unit_scale(v_scale, "v_scale", fn, kv_cache_dtype)
     turboquant_store(key, value, key_cache, slot_mapping, kv_cache_dtype)

@@ -86,7 +86,8 @@ def turboquant_codebook(kv_cache_dtype: str, head_size: int) -> tuple[np.ndarray
     return _codebook(info.name, int(head_size))
 
 
-def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str) -> None:
+def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str, *,
+                     k_scale: float | None = None, v_scale: float | None = None) -> None:
     """Store tokens into a slot cache as vLLM 0.33 stores them (TurboQuant's
     ``triton_turboquant_store``, UltraQuant's ``ultraquant_store``, Octave's
     ``reference_quantize``).
@@ -110,6 +111,10 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
         ``block * block_size + offset``; negative skips the token.
     kv_cache_dtype : str
         One of ``vt.SLOT_DTYPES``.
+    k_scale, v_scale : float, optional
+        NVFP4 only (``vt.NVFP4_DTYPES``, the rows with ``global_scale``): the
+        global K / V scales (the checkpoint's; default 1.0). Refused for the
+        other formats, whose scales are in each slot.
 
     TurboQuant: each (token, head) slot gets ``[key | value codes | fp16 scale | fp16 zero]``:
     k8v4 keys as e4m3 (nearest even, saturating); MSE keys as the Lloyd-Max
@@ -133,11 +138,12 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
             mids = _codebook(info.name, D)[1]
         else:  # the C checks name the argument (head_size / shape)
             mids = np.zeros((1 << info.key_bits) - 1, np.float32)
-    _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids)
+    _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids, k_scale=k_scale, v_scale=v_scale)
 
 
 def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size: int, *,
-                      num_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      num_threads: int | None = None, k_scale: float | None = None,
+                      v_scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Dequantize slots of a slot cache: vLLM's ``_tq_full_dequant_kv`` (TurboQuant) and
     ``ultraquant_dequant`` (UltraQuant) in float32.
 
@@ -151,6 +157,8 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
     num_threads : int, optional
         Default ``VTINFER_NUM_THREADS`` or the CPU affinity count; the slots are
         split evenly, so the result never depends on it.
+    k_scale, v_scale : float, optional
+        NVFP4 only: the global scales the slots were stored with (default 1.0).
 
     Returns
     -------
@@ -178,7 +186,8 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         D = head_size
         cen = _codebook(info.name, D)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
             1 << info.key_bits, np.float32)
-    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v, num_threads=num_threads)
+    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v, num_threads=num_threads, k_scale=k_scale,
+                         v_scale=v_scale)
     return k, v
 
 

@@ -161,6 +161,24 @@ static int cache_of(tq_call *c, const vt_tensor *kc, int dtype, int64_t H, int64
     return 0;
 }
 
+/* k_scale / v_scale (NULL or None: 1.0): a global-scale row's (NVFP4's) global scales; None for every other row. */
+static int global_scales(tq_call *c, PyObject *ko, PyObject *vo, int dtype, vt_tq_cache *cache) {
+    PyObject *obj[2] = {ko, vo};
+    float *dst[2] = {&cache->k_scale, &cache->v_scale};
+    static const char *const names[2] = {"k_scale", "v_scale"};
+    const vt_dtype_info *t = vt_dtype_get(dtype);
+    for (int i = 0; i < 2; i++) {
+        if (!obj[i] || obj[i] == Py_None) continue;
+        if (!t->global_scale) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must be None for kv_cache_dtype '%s' (its scales are in each slot); "
+                         "got %s", c->fn, names[i], t->name, Py_TYPE(obj[i])->tp_name);
+            return -1;
+        }
+        if (vt_co_parse_scale(obj[i], c->fn, names[i], dst[i]) < 0) return -1;
+    }
+    return 0;
+}
+
 /* The codebook array (MSE presets): float32 [n] C-contiguous. */
 static const float *codebook(tq_call *c, PyObject *obj, const char *arg, int dtype, int64_t n) {
     if (vt_dtype_get(dtype)->key_bits == 8) return NULL;
@@ -211,7 +229,9 @@ static PyObject *py_tq_store(PyObject *m, PyObject *args, PyObject *kw) {
                      (long long)N, (long long)sm->shape[0]);
         goto fail;
     }
-    if (cache_of(&c, kc, dtype, H, D, &cache) < 0) goto fail;
+    if (cache_of(&c, kc, dtype, H, D, &cache) < 0 ||
+        global_scales(&c, a[6], a[7], dtype, &cache) < 0)
+        goto fail;
     if (vt_tensor_self_overlaps(kc)) {
         PyErr_Format(PyExc_ValueError, "%s: kv_cache must not alias itself (a broadcast or overlapping view)", c.fn);
         goto fail;
@@ -267,7 +287,9 @@ static PyObject *py_tq_gather(PyObject *m, PyObject *args, PyObject *kw) {
             goto fail;
         }
     }
-    if (cache_of(&c, kc, dtype, H, D, &cache) < 0) goto fail;
+    if (cache_of(&c, kc, dtype, H, D, &cache) < 0 ||
+        global_scales(&c, a[7], a[8], dtype, &cache) < 0)
+        goto fail;
     if (vt_dtype_needs_codebook(dtype) &&
         !(cache.centroids = codebook(&c, cen, "centroids", dtype, 1 << vt_dtype_get(dtype)->key_bits)))
         goto fail;

@@ -193,7 +193,9 @@
     X(kv_cache, NULL)                                                                                                \
     X(slot_mapping, NULL)                                                                                            \
     X(kv_cache_dtype, NULL)                                                                                          \
-    X(midpoints, "None")
+    X(midpoints, "None")                                                                                             \
+    X(k_scale, "None")                                                                                               \
+    X(v_scale, "None")
 #define VT_SLOT_GATHER_NPOS 6
 #define VT_SLOT_GATHER_ARGS(X)                                                                                       \
     X(kv_cache, NULL)                                                                                                \
@@ -202,7 +204,9 @@
     X(centroids, NULL)                                                                                               \
     X(k_out, NULL)                                                                                                   \
     X(v_out, NULL)                                                                                                   \
-    X(num_threads, "None")
+    X(num_threads, "None")                                                                                           \
+    X(k_scale, "None")                                                                                               \
+    X(v_scale, "None")
 
 /* The JSON reader and the resolver (csrc/binding/resolver_binding.c). */
 #define VT_JSON_LOADS_NPOS 2

@@ -54,7 +54,8 @@ TP_SIZE = 3
 TP_DTYPES = ("auto", "int8_per_token_head")
 TP_PROMPTS, TP_GEN_TOKENS = 2, 24  # TP's greedy run: the first prompts, fewer tokens (3 ranks on 2 cores)
 QUANTIZED = ("fp8", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head",
-             "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "ultraquant_4bit")
+             "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "ultraquant_4bit",
+             "nvfp4", "nvfp4_4over6")
 
 
 CPU_ATTN = "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"

@@ -139,7 +139,13 @@ def test_page_equals_vllms_own_backend(vllm_installed, kv, head_size):
 
     spec = _spec(kv, head_size)
     ours = VtinferAttentionBackend.customize_spec(spec)
-    if kv == "ultraquant_4bit":
+    if kv.startswith("nvfp4"):
+        # vLLM's NVFP4 page (FlashInfer's [num_blocks, 2 * H_kv, block_size, full_dim] uint8): 2 * full_dim bytes
+        # per (KV head, token), full_dim from vLLM's own nvfp4_kv_cache_full_dim
+        from vllm.utils.torch_utils import nvfp4_kv_cache_full_dim
+
+        theirs = dataclasses.replace(spec, state_content_bytes=2 * nvfp4_kv_cache_full_dim(head_size))
+    elif kv == "ultraquant_4bit":
         # UltraQuantAttentionBackend.customize_spec (its module needs a GPU Triton to import):
         # replace(spec, state_content_bytes=slot_size(head_size)) with ultraquant.format's slot_size
         from vllm.v1.attention.ops.ultraquant.format import slot_size
@@ -162,10 +168,6 @@ def test_refused_dtypes_name_vtinfer(vllm_installed):
         with pytest.raises(NotImplementedError, match="vtinfer attention backend: kv_cache_dtype must be one of") as e:
             VtinferAttentionImpl(4, 64, 0.125, 2, None, None, kv)
         assert vt.KV_CACHE_DTYPES_NOT_STORED[kv] in str(e.value)  # what the format is, vLLM's CPU error
-        assert kv not in layout.supported_kv_cache_dtypes()
-    for kv in vt.NVFP4_DTYPES:  # stored by vtinfer, not served by its backend inside vLLM
-        with pytest.raises(NotImplementedError, match="its backend does not serve it inside vLLM yet"):
-            VtinferAttentionImpl(4, 64, 0.125, 2, None, None, kv)
         assert kv not in layout.supported_kv_cache_dtypes()
     with pytest.raises(NotImplementedError, match="vtinfer attention backend: attention type must be decoder"):
         VtinferAttentionImpl(4, 64, 0.125, 2, None, None, "auto", attn_type="encoder_only")
@@ -220,6 +222,11 @@ def _quantize_reference(kv: str, x, scale: float):
     import torch
 
     x = x.float()
+    if kv.startswith("nvfp4"):  # the NumPy twin of vLLM's SM100 store kernel (tests/numerics/nvfp4_twin.py)
+        from tests.numerics import nvfp4_twin
+
+        codes, sf = nvfp4_twin.quantize(x.numpy(), scale, kv.endswith("4over6"))
+        return torch.from_numpy(nvfp4_twin.dequantize(codes, sf, scale)).double()
     if kv in ("auto", "bfloat16", "float16"):
         return x.to(getattr(torch, kv) if kv != "auto" else x.dtype).double()
     if kv in ("fp8", "fp8_e4m3", "fp8_e5m2"):
@@ -281,6 +288,8 @@ CASES = {
     "int8pth-f32": ("int8_per_token_head", "float32", None, 0.0, False, False, 1.0),
     "tqk8v4-bf16": ("turboquant_k8v4", "bfloat16", None, 0.0, False, False, 1.0),
     "tq4bitnc-window": ("turboquant_4bit_nc", "bfloat16", 12, 0.0, False, False, 1.0),
+    "nvfp4-scaled": ("nvfp4", "bfloat16", None, 0.0, False, False, 0.02),
+    "nvfp4-4over6-f32": ("nvfp4_4over6", "float32", 12, 0.0, False, False, 1.0),
 }
 # TurboQuant's store keeps no rule this file models independently (rotation, Lloyd-Max codebook): its
 # cases check the plumbing (one slot cache for K and V, vLLM's slot page) against attention over the
@@ -356,9 +365,10 @@ def test_store_and_attention_match_reference(vllm_installed, kv, mdt, window, so
         assert rel <= TQ_OUTPUT_REL[kv]
         assert torch.all(out[total] == 7.0)
         return
-    # The cache read through vLLM's own views holds what vLLM's store rules keep.
-    kview, vview, ksc, vsc = _triton_views(kv, cache)
-    for b in range(3):
+    # The cache read through vLLM's own views holds what vLLM's store rules keep (NVFP4's slots have no
+    # Triton view: its case is judged by the attention below, over the twin's values).
+    kview, vview, ksc, vsc = _triton_views(kv, cache) if not kv.startswith("nvfp4") else (None, None, None, None)
+    for b in range(3 if kview is not None else 0):
         s = slots(b, 0, k_lens[b])
         blk, off = s // BLOCK, s % BLOCK
         got_k, got_v = kview[blk, off, :, :D].double(), vview[blk, off, :, :D].double()

@@ -143,3 +143,32 @@ def test_head_size_follows_the_rows_one_rule():
     with pytest.raises(ValueError, match="head_size must be a multiple of 64, at most 4096"):
         vt.reshape_and_cache_flash(np.ones((1, 1, 96), np.float32), np.ones((1, 1, 96), np.float32), kc, vc,
                                    np.zeros(1, np.int64), "nvfp4", 1.0, 1.0)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "nvfp4_4over6"])
+def test_the_functional_slot_forms_take_the_global_scales(fmt):
+    """reshape_and_cache_flash on one slot cache (value_cache None) and turboquant_store / turboquant_gather with
+    k_scale / v_scale write and read what PagedKVCache does at those layer scales."""
+    rng = np.random.default_rng(5)
+    nb, bs, T = 3, 16, 30
+    k = rng.standard_normal((T, H, D)).astype(np.float32)
+    v = rng.standard_normal((T, H, D)).astype(np.float32)
+    slots = rng.permutation(nb * bs)[:T].astype(np.int64)
+    c = cache(fmt, nb, bs)
+    c.store(1, k, v, slots)
+    want = c.key_cache(1)
+    sc = np.zeros_like(want)
+    vt.reshape_and_cache_flash(k, v, sc, None, slots, fmt, np.float32(K_SCALES[1]), V_SCALES[1])
+    assert np.array_equal(sc, want)
+    sc2 = np.zeros_like(want)
+    vt.turboquant_store(k, v, sc2, slots, fmt, k_scale=K_SCALES[1], v_scale=V_SCALES[1])
+    assert np.array_equal(sc2, want)
+    kg, vg = vt.turboquant_gather(sc, slots, fmt, D, k_scale=K_SCALES[1], v_scale=V_SCALES[1])
+    kw, vw = c.gather(1, slots)
+    assert np.array_equal(kg, kw) and np.array_equal(vg, vw)
+    with pytest.raises(ValueError, match="k_scale must be finite and > 0"):
+        vt.turboquant_store(k, v, sc2, slots, fmt, k_scale=0.0)
+    tq = np.zeros((nb, bs, H, vt.turboquant_slot_bytes("turboquant_k8v4", D)), np.uint8)
+    with pytest.raises(ValueError, match="v_scale must be None for kv_cache_dtype 'turboquant_k8v4'"):
+        vt.turboquant_store(k, v, tq, slots, "turboquant_k8v4", v_scale=2.0)
+    assert not tq.any()

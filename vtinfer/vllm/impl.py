@@ -31,6 +31,7 @@ class VtinferAttentionImpl(AttentionImpl):
         if extra:
             raise _refuse(f"unsupported attention arguments {sorted(extra)}")
         self.family = layout.family(kv_cache_dtype)  # refuses dtypes vtinfer does not store
+        self.global_scale = kv_cache_dtype != "auto" and vt.dtype_info(kv_cache_dtype).global_scale
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)
@@ -59,7 +60,8 @@ class VtinferAttentionImpl(AttentionImpl):
         return self._views
 
     def _descales(self, layer: Any) -> tuple[Any, Any]:
-        if self.family != "fp8":
+        # fp8's descales; NVFP4's global scales (its slot read decodes with them)
+        if self.family != "fp8" and not self.global_scale:
             return None, None
         return layer._k_scale, layer._v_scale
 
@@ -73,8 +75,10 @@ class VtinferAttentionImpl(AttentionImpl):
         kwargs = {}
         if self.family == "per_token_head":
             kwargs = {"k_scale_cache": v.k_scale_cache, "v_scale_cache": v.v_scale_cache}
-        # TurboQuant keeps its scales in each slot: the layer's k/v scales are ignored, as vLLM's TurboQuant does.
-        scales = (None, None) if self.family == "turboquant" else (layer._k_scale, layer._v_scale)
+        # TurboQuant keeps its scales in each slot: the layer's k/v scales are ignored, as vLLM's TurboQuant does;
+        # NVFP4's slots take them as the global scales.
+        ignored = self.family == "turboquant" and not self.global_scale
+        scales = (None, None) if ignored else (layer._k_scale, layer._v_scale)
         vt.reshape_and_cache_flash(key, value, v.key_cache, v.value_cache, slot_mapping, self.kv_cache_dtype,
                                    *scales, num_threads=threads, **kwargs)
 

@@ -15,8 +15,10 @@ is ``[num_blocks, block_size, H_kv, C]`` with unit stride in C, and:
   the code views are ``[..., :d + 4]`` / ``[..., d + 4:]`` (vtinfer's ops take
   the padded views) and the scale caches are float32 views over the pads,
   ``[num_blocks, block_size, H_kv]``;
-- the slot formats (``turboquant_*``, ``ultraquant_4bit``): one slot of ``vt.turboquant_slot_bytes``
-  bytes per (head, token), K and V packed inside (vLLM's TurboQuant and UltraQuant page).
+- the slot formats (``turboquant_*``, ``ultraquant_4bit``, ``nvfp4*``): one slot of
+  ``vt.turboquant_slot_bytes`` bytes per (head, token), K and V packed inside (vLLM's TurboQuant and
+  UltraQuant page; for NVFP4 the bytes of vLLM's page, ``2 * (D / 2 + D / 16)`` per (head, token), in
+  vtinfer's slot order: vLLM's FlashInfer layout is read by no one but the backend that writes it).
 
 Functions here take and return torch tensors; torch is imported by the caller.
 """
@@ -32,7 +34,7 @@ def family(kv_cache_dtype: str) -> str:
     """``"plain"``, ``"fp8"``, ``"per_token_head"`` or ``"turboquant"``, from vtinfer's dtype table.
 
     Raises NotImplementedError naming vtinfer for a vLLM dtype vtinfer does
-    not store (``fp8_inc``, MLA formats) or its backend does not serve (``nvfp4``, ``nvfp4_4over6``).
+    not store (``fp8_inc``, MLA formats).
     """
     if kv_cache_dtype == "auto":
         return "plain"
@@ -43,13 +45,7 @@ def family(kv_cache_dtype: str) -> str:
             f"got {kv_cache_dtype!r} (vtinfer has no kernels for it{': ' + why if why else ''}; unset VTINFER_VLLM "
             "to use vLLM's own backend)")
     info = vt.dtype_info(kv_cache_dtype)
-    if info.global_scale:
-        raise NotImplementedError(
-            f"vtinfer attention backend: kv_cache_dtype must be one of {', '.join(supported_kv_cache_dtypes())}; "
-            f"got {kv_cache_dtype!r} (vtinfer stores it in PagedKVCache and on vLLM's NVFP4 pages through the "
-            "functional forms, but its backend does not serve it inside vLLM yet; unset VTINFER_VLLM to use vLLM's "
-            "own backend)")
-    if kv_cache_dtype in vt.SLOT_DTYPES:  # TurboQuant and UltraQuant: one slot cache, vt.turboquant_*
+    if kv_cache_dtype in vt.SLOT_DTYPES:  # TurboQuant, UltraQuant, NVFP4: one slot cache, vt.turboquant_*
         return "turboquant"
     if kv_cache_dtype in vt.PER_TOKEN_HEAD_DTYPES:
         return "per_token_head"
@@ -57,13 +53,11 @@ def family(kv_cache_dtype: str) -> str:
 
 
 def supported_kv_cache_dtypes() -> list[str]:
-    """The ``--kv-cache-dtype`` values vLLM 0.32 names and vtinfer's backend serves, in vLLM's order (every format
-    vtinfer stores but NVFP4's two)."""
+    """The ``--kv-cache-dtype`` values vLLM 0.32 names and vtinfer stores, in vLLM's order."""
     from vllm.config.cache import CacheDType
     from typing import get_args
 
-    return [d for d in get_args(CacheDType)
-            if d == "auto" or (d in vt.KV_CACHE_DTYPES and not vt.dtype_info(d).global_scale)]
+    return [d for d in get_args(CacheDType) if d == "auto" or d in vt.KV_CACHE_DTYPES]
 
 
 def content_bytes(kv_cache_dtype: str, head_size: int, head_size_v: int, elem_size: int) -> int | None:
