@@ -209,7 +209,7 @@ static void test_turboquant(void) {
     float k[2 * TD], v[2 * TD];
     for (int i = 0; i < 2 * TD; i++) k[i] = 0.0f, v[i] = (float)(i % TD) * 2.0f - 4.0f; /* min -4, scale 2 */
     k[0] = 1000.0f, k[1] = -1000.0f, k[2] = 17.0f;
-    vt_tq_cache c = {VT_DTYPE_TQ_K8V4, 1, TB, 1, TD, cache, TB * TS, TS, TS, NULL, NULL, 0};
+    vt_tq_cache c = {VT_DTYPE_TQ_K8V4, 1, TB, 1, TD, cache, TB * TS, TS, TS, NULL, NULL, 0, 1.0f, 1.0f};
     int64_t slots[2] = {2, -1};
     vt_error err;
     CHECK(vt_tq_store(&c, VT_DTYPE_F32, k, TD * 4, TD * 4, v, TD * 4, TD * 4, slots, 2, &err) == VT_OK, "store: %s",
@@ -255,7 +255,7 @@ static void test_octave(void) {
     memset(cache, 0x5A, sizeof cache);
     float k[OD] = {0}, v[OD] = {0};
     k[0] = 8.0f; /* sign -1 at dim 0: the rotated block 0 is 64 x -1, block 1 zero */
-    vt_tq_cache c = {VT_DTYPE_OCT_K3V4, 1, OB, 1, OD, cache, OB * OS, OS, OS, NULL, NULL, 64};
+    vt_tq_cache c = {VT_DTYPE_OCT_K3V4, 1, OB, 1, OD, cache, OB * OS, OS, OS, NULL, NULL, 64, 1.0f, 1.0f};
     int64_t slot = 1;
     vt_error err;
     CHECK(vt_tq_store(&c, VT_DTYPE_F32, k, OD * 4, OD * 4, v, OD * 4, OD * 4, &slot, 1, &err) == VT_OK, "store: %s",
