@@ -147,6 +147,8 @@ def attention(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, seqused_k: Any, bloc
             **{n: as_numpy(x, n, fn) for n, x in global_scales.items()})
     except (ValueError, TypeError, IndexError, NotImplementedError) as e:  # in the caller's names: fn, k
         msg = re.sub(r"(?<!\w)kv_cache(?!\w)", "k", str(e).replace("turboquant_attention:", f"{fn}:", 1))
+        if global_scales:  # NVFP4's global scales are this function's k_descale / v_descale
+            msg = re.sub(r"(?<!\w)([kv])_scale(?!\w)", r"\1_descale", msg)
         raise type(e)(msg) from None
     o, lse = res if return_lse else (res, None)
     if dst is not None:

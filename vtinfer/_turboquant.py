@@ -31,6 +31,14 @@ def _tq_info(kv_cache_dtype: Any, fn: str):
     return dtype_info(kv_cache_dtype)
 
 
+def _global_scales(k_scale: Any, v_scale: Any, fn: str) -> dict[str, Any]:
+    """NVFP4's global scales for the binding: a number, or a one-element array / tensor, as a Python float (the
+    binding checks the value, and refuses either for the rows without a global scale)."""
+    from vtinfer._cache_ops import _scalar
+
+    return {"k_scale": _scalar(k_scale, fn, "k_scale"), "v_scale": _scalar(v_scale, fn, "v_scale")}
+
+
 def _head_size(head_size: Any, fn: str) -> int:
     """head_size as an int in [1, 65536] (NumPy integers accepted; bool and float refused)."""
     if isinstance(head_size, (bool, np.bool_)) or not hasattr(type(head_size), "__index__"):
@@ -138,7 +146,8 @@ def turboquant_store(key: Any, value: Any, kv_cache: Any, slot_mapping: Any, kv_
             mids = _codebook(info.name, D)[1]
         else:  # the C checks name the argument (head_size / shape)
             mids = np.zeros((1 << info.key_bits) - 1, np.float32)
-    _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids, k_scale=k_scale, v_scale=v_scale)
+    _C.turboquant_store(key, value, kv_cache, slot_mapping, kv_cache_dtype, mids,
+                        **_global_scales(k_scale, v_scale, "turboquant_store"))
 
 
 def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size: int, *,
@@ -186,8 +195,8 @@ def turboquant_gather(kv_cache: Any, slots: Any, kv_cache_dtype: str, head_size:
         D = head_size
         cen = _codebook(info.name, D)[0] if D % 2 == 0 and D & (D - 1) == 0 and D <= 4096 else np.zeros(
             1 << info.key_bits, np.float32)
-    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v, num_threads=num_threads, k_scale=k_scale,
-                         v_scale=v_scale)
+    _C.turboquant_gather(kv_cache, slots, kv_cache_dtype, cen, k, v, num_threads=num_threads,
+                         **_global_scales(k_scale, v_scale, "turboquant_gather"))
     return k, v
 
 
@@ -318,4 +327,5 @@ def turboquant_attention(q: Any, kv_cache: Any, *, cu_seqlens_q: Any, seqused_k:
 def _in_our_words(msg: str) -> str:
     """A refusal of the attention call, in turboquant_attention's names (the slot cache is its k and v)."""
     msg = msg.replace("flash_attn_varlen_func:", "turboquant_attention:", 1)
+    msg = msg.replace("k_descale", "k_scale").replace("v_descale", "v_scale")  # NVFP4's global scales: ours
     return re.sub(r"(?<!\w)k(?= must|'s )", "kv_cache", msg)

@@ -166,8 +166,18 @@ def test_the_functional_slot_forms_take_the_global_scales(fmt):
     kg, vg = vt.turboquant_gather(sc, slots, fmt, D, k_scale=K_SCALES[1], v_scale=V_SCALES[1])
     kw, vw = c.gather(1, slots)
     assert np.array_equal(kg, kw) and np.array_equal(vg, vw)
+    sc3 = np.zeros_like(want)  # one-element arrays, as the checkpoint's scales arrive
+    vt.turboquant_store(k, v, sc3, slots, fmt, k_scale=np.float32(K_SCALES[1]), v_scale=np.array([V_SCALES[1]]))
+    assert np.array_equal(sc3, want)
     with pytest.raises(ValueError, match="k_scale must be finite and > 0"):
         vt.turboquant_store(k, v, sc2, slots, fmt, k_scale=0.0)
+    q = np.ones((1, H, D), np.float32)
+    read = dict(cu_seqlens_q=np.array([0, 1], np.int32), seqused_k=np.array([1], np.int32),
+                block_table=np.zeros((1, 1), np.int32), kv_cache_dtype=fmt)
+    with pytest.raises(ValueError, match="turboquant_attention: k_scale and v_scale must be one number each"):
+        vt.turboquant_attention(q, sc, k_scale=np.ones(H, np.float32), **read)
+    with pytest.raises(ValueError, match="turboquant_attention: v_scale must be finite and > 0"):
+        vt.turboquant_attention(q, sc, v_scale=0.0, **read)
     tq = np.zeros((nb, bs, H, vt.turboquant_slot_bytes("turboquant_k8v4", D)), np.uint8)
     with pytest.raises(ValueError, match="v_scale must be None for kv_cache_dtype 'turboquant_k8v4'"):
         vt.turboquant_store(k, v, tq, slots, "turboquant_k8v4", v_scale=2.0)
